@@ -1,0 +1,558 @@
+"""KDTR version 1: reader and writer for named tensors plus flat typed metadata.
+
+The normative specification is docs/kdtr-format.md; this docstring is its summary.
+
+Layout (all little-endian, offsets absolute)::
+
+    preamble  16 B   magic b"\\x89KDTR\\r\\n\\x1a", u16 major (1), u16 minor, u32 header_len
+    header    header_len B
+              u32 tensor_count, u32 metadata_count,
+              tensor entries   (u16 name_len, name, u8 dtype, u8 ndim, u64 shape[ndim],
+                                u64 offset, u64 nbytes, u32 crc32)
+              metadata entries (u16 key_len, key, u8 type, value)
+              extension bytes  (empty in 1.0; skipped by 1.x readers when minor > 0)
+              u32 header_crc32 (CRC-32 of bytes [0, 16 + header_len - 4))
+    data      each tensor at a multiple of 64, zero padding, nothing after the last one
+
+Reading is zero-copy: :func:`load` maps the file and returns read-only numpy views over
+the mapping; with ``verify=False`` it reads only the header and the padding bytes.
+Writing is atomic: a temporary file in the target directory, fsync, rename.
+
+Every defect raises a subclass of :class:`kdtr.errors.KdtrError` that names the file, the
+field and its byte offset. Validation never uses ``assert``.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import tempfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from construct import (
+    Array,
+    Bytes,
+    Construct,
+    ConstructError,
+    Float64l,
+    Int8ul,
+    Int16ul,
+    Int32ul,
+    Int64sl,
+    Int64ul,
+    Struct,
+    this,
+)
+
+from . import errors as E
+from .dtypes import DTYPE_BY_CODE, code_of_dtype
+
+MAGIC = b"\x89KDTR\r\n\x1a"
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+PREAMBLE_LEN = 16
+ALIGNMENT = 64
+MAX_HEADER_LEN = 16 * 1024 * 1024
+MIN_HEADER_LEN = 12  # two counts and the CRC
+MAX_TENSORS = 4096
+MAX_METADATA = 4096
+MAX_NDIM = 8
+MAX_NAME_LEN = 255
+MAX_STRING_LEN = 1024 * 1024
+_U64_MAX = (1 << 64) - 1
+
+META_INT, META_FLOAT, META_STRING, META_BOOL = 1, 2, 3, 4
+
+# --- construct descriptions of the header pieces -------------------------------------
+
+Preamble = Struct(
+    "magic" / Bytes(8),
+    "version_major" / Int16ul,
+    "version_minor" / Int16ul,
+    "header_len" / Int32ul,
+)
+Counts = Struct("tensor_count" / Int32ul, "metadata_count" / Int32ul)
+Name = Struct("length" / Int16ul, "raw" / Bytes(this.length))
+TensorKind = Struct("dtype" / Int8ul, "ndim" / Int8ul)
+TensorShape = Struct("dims" / Array(this._.ndim, Int64ul))
+TensorPlace = Struct("offset" / Int64ul, "nbytes" / Int64ul, "crc32" / Int32ul)
+MetaType = Int8ul
+MetaString = Struct("length" / Int32ul, "raw" / Bytes(this.length))
+HeaderCrc = Int32ul
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor entry of the header (all sizes in bytes)."""
+
+    name: str
+    dtype_code: int
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    crc32: int
+    entry_offset: int  # where the entry starts in the file
+
+
+@dataclass
+class KdtrFile:
+    """An opened KDTR file.
+
+    Attributes:
+        path: the file's path.
+        version: (major, minor).
+        tensors: name -> read-only numpy array (a view over the file mapping), file order.
+        metadata: key -> int | float | str | bool, file order.
+        entries: the parsed tensor entries, file order.
+    """
+
+    path: str
+    version: tuple[int, int]
+    tensors: dict[str, np.ndarray]
+    metadata: dict[str, Any]
+    entries: list[TensorEntry] = field(repr=False)
+    _mmap: mmap.mmap | None = field(default=None, repr=False)
+
+    def __enter__(self) -> KdtrFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the tensors and unmap the file if no view is still alive elsewhere."""
+        self.tensors = {}
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:
+                pass  # a caller still holds a view; the mapping closes when it is freed
+            self._mmap = None
+
+
+class _HeaderReader:
+    """Reads header fields through construct, turning short reads into ``Truncated``."""
+
+    def __init__(self, path: str, body: bytes):
+        self.path = path
+        self.stream = io.BytesIO(body)
+
+    @property
+    def offset(self) -> int:
+        return PREAMBLE_LEN + self.stream.tell()
+
+    def read(self, con: Construct, field_name: str, **ctx: Any) -> Any:
+        at = self.offset
+        try:
+            return con.parse_stream(self.stream, **ctx)
+        except ConstructError as exc:
+            raise E.Truncated(self.path, field_name, at, "header ends inside this field") from exc
+
+    def name(self, field_name: str) -> str:
+        at = self.offset
+        raw = self.read(Name, field_name).raw
+        if not 1 <= len(raw) <= MAX_NAME_LEN:
+            raise E.BadName(self.path, field_name, at, f"length {len(raw)} not in [1, {MAX_NAME_LEN}]")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise E.BadName(self.path, field_name, at, f"not valid UTF-8 ({exc.reason})") from exc
+
+    def remaining(self) -> int:
+        return len(self.stream.getbuffer()) - self.stream.tell()
+
+
+def _checked_nbytes(path: str, where: str, at: int, shape: tuple[int, ...], itemsize: int) -> int:
+    n = itemsize
+    for d in shape:
+        n *= d
+        if n > _U64_MAX:
+            raise E.SizeOverflow(path, where, at, f"shape {shape} x {itemsize} B overflows 64 bits")
+    return n
+
+
+def _parse_tensor(r: _HeaderReader, i: int, file_size: int, data_start: int) -> TensorEntry:
+    p = r.path
+    entry_at = r.offset
+    name = r.name(f"tensors[{i}].name")
+    kind_at = r.offset
+    kind = r.read(TensorKind, f"tensors[{i}].dtype")
+    if kind.dtype not in DTYPE_BY_CODE:
+        raise E.UnknownDtype(p, f"tensors[{i}].dtype ({name})", kind_at, f"unknown dtype code {kind.dtype}")
+    if kind.ndim > MAX_NDIM:
+        raise E.TooManyDims(p, f"tensors[{i}].ndim ({name})", kind_at + 1, f"ndim {kind.ndim} > {MAX_NDIM}")
+    shape_at = r.offset
+    shape = tuple(r.read(TensorShape, f"tensors[{i}].shape ({name})", ndim=kind.ndim).dims)
+    place_at = r.offset
+    place = r.read(TensorPlace, f"tensors[{i}].offset ({name})")
+    itemsize = DTYPE_BY_CODE[kind.dtype].itemsize
+    want = _checked_nbytes(p, f"tensors[{i}].shape ({name})", shape_at, shape, itemsize)
+    if place.nbytes != want:
+        raise E.NbytesMismatch(
+            p, f"tensors[{i}].nbytes ({name})", place_at + 8,
+            f"nbytes {place.nbytes} != {want} (shape {shape} x {itemsize} B)",
+        )
+    if place.offset % ALIGNMENT:
+        raise E.MisalignedOffset(
+            p, f"tensors[{i}].offset ({name})", place_at, f"{place.offset} is not a multiple of {ALIGNMENT}"
+        )
+    end = place.offset + place.nbytes
+    if end > _U64_MAX:
+        raise E.SizeOverflow(p, f"tensors[{i}].offset ({name})", place_at, "offset + nbytes overflows 64 bits")
+    if place.offset < data_start or end > file_size:
+        raise E.OffsetOutOfFile(
+            p, f"tensors[{i}].offset ({name})", place_at,
+            f"range [{place.offset}, {end}) not inside data region [{data_start}, {file_size})",
+        )
+    return TensorEntry(name, kind.dtype, shape, place.offset, place.nbytes, place.crc32, entry_at)
+
+
+def _parse_metadata(r: _HeaderReader, i: int) -> tuple[str, Any]:
+    p = r.path
+    key = r.name(f"metadata[{i}].key")
+    where = f'metadata["{key}"]'
+    type_at = r.offset
+    kind = r.read(MetaType, where)
+    if kind == META_INT:
+        return key, r.read(Int64sl, where)
+    if kind == META_FLOAT:
+        return key, r.read(Float64l, where)
+    if kind == META_BOOL:
+        value_at = r.offset
+        b = r.read(Int8ul, where)
+        if b not in (0, 1):
+            raise E.BadMetadata(p, where, value_at, f"bool value byte {b} is neither 0 nor 1")
+        return key, bool(b)
+    if kind == META_STRING:
+        len_at = r.offset
+        length = r.read(Int32ul, where)
+        if length > MAX_STRING_LEN:
+            raise E.BadMetadata(p, where, len_at, f"string length {length} > {MAX_STRING_LEN}")
+        raw = r.read(Bytes(length), where)
+        try:
+            return key, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise E.BadMetadata(p, where, len_at + 4, "string value is not valid UTF-8") from exc
+    raise E.BadMetadata(p, where, type_at, f"unknown metadata type {kind}")
+
+
+def _check_data_region(path: str, buf: memoryview, entries: list[TensorEntry], data_start: int) -> None:
+    """Overlaps, zero padding and trailing bytes (docs/kdtr-format.md section 1.5)."""
+    size = len(buf)
+    cursor = data_start
+    prev: TensorEntry | None = None
+    for e in sorted(entries, key=lambda e: (e.offset, e.nbytes)):
+        if e.nbytes == 0:
+            continue
+        if e.offset < cursor and prev is not None:
+            raise E.OverlappingTensors(
+                path, f"tensors {prev.name!r} and {e.name!r}", e.offset,
+                f"[{prev.offset}, {prev.offset + prev.nbytes}) overlaps [{e.offset}, {e.offset + e.nbytes})",
+            )
+        gap = bytes(buf[cursor : e.offset])
+        if gap.count(0) != len(gap):
+            bad = cursor + next(k for k, b in enumerate(gap) if b)
+            raise E.NonZeroPadding(path, f"padding before tensor {e.name!r}", bad, "padding byte is not zero")
+        cursor = e.offset + e.nbytes
+        prev = e
+    data_end = max([data_start, cursor] + [e.offset for e in entries])
+    tail = bytes(buf[cursor:data_end])
+    if tail.count(0) != len(tail):
+        bad = cursor + next(k for k, b in enumerate(tail) if b)
+        raise E.NonZeroPadding(path, "padding after the last tensor", bad, "padding byte is not zero")
+    if size > data_end:
+        raise E.TrailingBytes(path, "end of data", data_end, f"{size - data_end} bytes after the last tensor")
+
+
+def _verify_tensor(path: str, buf: memoryview, e: TensorEntry) -> None:
+    data = buf[e.offset : e.offset + e.nbytes]
+    crc = zlib.crc32(data)
+    if crc != e.crc32:
+        raise E.TensorChecksumMismatch(
+            path, f"tensor {e.name!r} data", e.offset, f"CRC-32 {crc:#010x} != stored {e.crc32:#010x}"
+        )
+    if DTYPE_BY_CODE[e.dtype_code].name == "bool" and e.nbytes:
+        raw = np.frombuffer(data, dtype=np.uint8)
+        bad = np.flatnonzero(raw > 1)
+        if bad.size:
+            k = int(bad[0])
+            raise E.BadBoolValue(
+                path, f"tensor {e.name!r} data", e.offset + k, f"bool byte {int(raw[k])} at element {k}"
+            )
+
+
+def load(path: str | os.PathLike, verify: bool = True) -> KdtrFile:
+    """Open a KDTR file and return its tensors (read-only views over an mmap) and metadata.
+
+    Args:
+        path: the file.
+        verify: also check every tensor's CRC-32 and the 0/1 rule of bool tensors
+            (reads all data once). With False, opening costs O(header).
+
+    Returns:
+        A :class:`KdtrFile`; ``.tensors`` maps name -> np.ndarray (C order, the file's
+        shape and dtype, bf16 as ``ml_dtypes.bfloat16``), ``.metadata`` maps key -> value.
+
+    Raises:
+        KdtrError: a subclass naming the defect, the file, the field and the offset.
+        OSError: the file cannot be opened.
+    """
+    p = os.fspath(path)
+    with open(p, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < PREAMBLE_LEN:
+            head = fh.read(8)
+            if len(head) >= 1 and head != MAGIC[: len(head)]:
+                raise E.BadMagic(p, "magic", 0, f"{head!r} is not {MAGIC!r}")
+            raise E.Truncated(p, "preamble", 0, f"file has {size} bytes, the preamble needs {PREAMBLE_LEN}")
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _load_mapped(p, mm, size, verify)
+    except BaseException:
+        mm.close()
+        raise
+
+
+def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
+    buf = memoryview(mm)
+    try:
+        pre = Preamble.parse(bytes(buf[:PREAMBLE_LEN]))
+        if pre.magic != MAGIC:
+            raise E.BadMagic(p, "magic", 0, f"{pre.magic!r} is not {MAGIC!r}")
+        if pre.version_major != VERSION_MAJOR:
+            raise E.UnsupportedVersion(
+                p, "version_major", 8, f"major version {pre.version_major}; this reader reads {VERSION_MAJOR}"
+            )
+        hl = pre.header_len
+        if hl > MAX_HEADER_LEN:
+            raise E.HeaderTooLarge(p, "header_len", 12, f"{hl} bytes > cap MAX_HEADER_LEN = {MAX_HEADER_LEN}")
+        if hl < MIN_HEADER_LEN:
+            raise E.Truncated(p, "header_len", 12, f"{hl} bytes < the minimum {MIN_HEADER_LEN}")
+        data_start = PREAMBLE_LEN + hl
+        if data_start > size:
+            raise E.HeaderPastEnd(p, "header_len", 12, f"header ends at {data_start}, file has {size} bytes")
+        crc_at = data_start - 4
+        stored = HeaderCrc.parse(bytes(buf[crc_at:data_start]))
+        actual = zlib.crc32(buf[:crc_at])
+        if stored != actual:
+            raise E.HeaderChecksumMismatch(
+                p, "header_crc32", crc_at, f"CRC-32 {actual:#010x} != stored {stored:#010x}"
+            )
+
+        r = _HeaderReader(p, bytes(buf[PREAMBLE_LEN:crc_at]))
+        counts_at = r.offset
+        counts = r.read(Counts, "tensor_count")
+        if counts.tensor_count > MAX_TENSORS:
+            raise E.TooManyTensors(p, "tensor_count", counts_at, f"{counts.tensor_count} > {MAX_TENSORS}")
+        if counts.metadata_count > MAX_METADATA:
+            raise E.TooManyMetadata(p, "metadata_count", counts_at + 4, f"{counts.metadata_count} > {MAX_METADATA}")
+
+        entries: list[TensorEntry] = []
+        seen: set[str] = set()
+        for i in range(counts.tensor_count):
+            e = _parse_tensor(r, i, size, data_start)
+            if e.name in seen:
+                raise E.DuplicateName(p, f"tensors[{i}].name", e.entry_offset, f"tensor name {e.name!r} repeats")
+            seen.add(e.name)
+            entries.append(e)
+
+        metadata: dict[str, Any] = {}
+        for i in range(counts.metadata_count):
+            at = r.offset
+            key, value = _parse_metadata(r, i)
+            if key in metadata:
+                raise E.DuplicateName(p, f"metadata[{i}].key", at, f"metadata key {key!r} repeats")
+            metadata[key] = value
+
+        if r.remaining() and pre.version_minor == 0:
+            raise E.ExtensionInV10(
+                p, "extension", r.offset, f"{r.remaining()} bytes between metadata and header CRC in a 1.0 file"
+            )
+
+        _check_data_region(p, buf, entries, data_start)
+        if verify:
+            for e in entries:
+                _verify_tensor(p, buf, e)
+
+        tensors: dict[str, np.ndarray] = {}
+        for e in entries:
+            dt = DTYPE_BY_CODE[e.dtype_code].numpy
+            if e.nbytes == 0:
+                arr = np.empty(e.shape, dtype=dt)
+                arr.flags.writeable = False
+            else:
+                arr = np.frombuffer(mm, dtype=dt, count=e.nbytes // dt.itemsize, offset=e.offset).reshape(e.shape)
+            tensors[e.name] = arr
+    finally:
+        buf.release()
+    return KdtrFile(p, (pre.version_major, pre.version_minor), tensors, metadata, entries, mm)
+
+
+# --- writer ---------------------------------------------------------------------------
+
+
+def _encode_name(what: str, name: Any) -> bytes:
+    if not isinstance(name, str):
+        raise E.WriteError("<write>", what, -1, f"name {name!r} is not a str")
+    raw = name.encode("utf-8")
+    if not 1 <= len(raw) <= MAX_NAME_LEN:
+        raise E.WriteError("<write>", what, -1, f"name {name!r} is {len(raw)} bytes, not in [1, {MAX_NAME_LEN}]")
+    return Name.build({"length": len(raw), "raw": raw})
+
+
+def _encode_metadata(key: str, value: Any) -> bytes:
+    out = _encode_name("metadata key", key)
+    where = f'metadata["{key}"]'
+    if isinstance(value, (bool, np.bool_)):
+        return out + MetaType.build(META_BOOL) + Int8ul.build(int(bool(value)))
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+        if not -(1 << 63) <= v < (1 << 63):
+            raise E.WriteError("<write>", where, -1, f"int {v} does not fit in i64")
+        return out + MetaType.build(META_INT) + Int64sl.build(v)
+    if isinstance(value, (float, np.floating)):
+        return out + MetaType.build(META_FLOAT) + Float64l.build(float(value))
+    if isinstance(value, str):
+        raw = value.encode("utf-8")
+        if len(raw) > MAX_STRING_LEN:
+            raise E.WriteError("<write>", where, -1, f"string of {len(raw)} bytes > {MAX_STRING_LEN}")
+        return out + MetaType.build(META_STRING) + MetaString.build({"length": len(raw), "raw": raw})
+    raise E.WriteError("<write>", where, -1, f"unsupported metadata type {type(value).__name__}")
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array as a flat uint8 view (works for bool and bf16)."""
+    return arr.reshape(-1).view(np.uint8)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def encode(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
+    """Lay out a file: returns (preamble + header bytes, [(offset, contiguous LE array)], file size)."""
+    if len(tensors) > MAX_TENSORS:
+        raise E.WriteError("<write>", "tensors", -1, f"{len(tensors)} tensors > {MAX_TENSORS}")
+    metadata = dict(metadata or {})
+    if len(metadata) > MAX_METADATA:
+        raise E.WriteError("<write>", "metadata", -1, f"{len(metadata)} entries > {MAX_METADATA}")
+    arrays: list[tuple[str, int, np.ndarray]] = []
+    for name, value in tensors.items():
+        arr = np.asarray(value)
+        if arr.ndim > MAX_NDIM:
+            raise E.WriteError("<write>", f"tensor {name!r}", -1, f"ndim {arr.ndim} > {MAX_NDIM}")
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        code = code_of_dtype(arr.dtype)
+        if code is None:
+            raise E.WriteError("<write>", f"tensor {name!r}", -1, f"dtype {arr.dtype} is not a KDTR dtype")
+        arrays.append((name, code, arr if arr.flags.c_contiguous else arr.copy(order="C")))
+
+    entry_parts = []
+    for name, code, arr in arrays:
+        entry_parts.append(
+            (
+                _encode_name(f"tensor {name!r}", name)
+                + TensorKind.build({"dtype": code, "ndim": arr.ndim})
+                + Array(arr.ndim, Int64ul).build(list(arr.shape)),
+                arr,
+            )
+        )
+    meta_bytes = b"".join(_encode_metadata(k, v) for k, v in metadata.items())
+    entries_len = sum(len(head) + TensorPlace.sizeof() for head, _ in entry_parts)
+    header_len = Counts.sizeof() + entries_len + len(meta_bytes) + 4
+    if header_len > MAX_HEADER_LEN:
+        raise E.WriteError("<write>", "header", -1, f"header of {header_len} bytes > {MAX_HEADER_LEN}")
+
+    cursor = PREAMBLE_LEN + header_len
+    data_end = cursor
+    placed: list[tuple[int, np.ndarray]] = []
+    body = [Counts.build({"tensor_count": len(arrays), "metadata_count": len(metadata)})]
+    for head, arr in entry_parts:
+        off = _align(cursor)
+        view = _raw(arr) if arr.nbytes else b""
+        body.append(head + TensorPlace.build({"offset": off, "nbytes": arr.nbytes, "crc32": zlib.crc32(view)}))
+        placed.append((off, arr))
+        cursor = off + arr.nbytes
+        data_end = max(data_end, cursor)
+    body.append(meta_bytes)
+    pre = Preamble.build(
+        {"magic": MAGIC, "version_major": VERSION_MAJOR, "version_minor": VERSION_MINOR, "header_len": header_len}
+    )
+    head = pre + b"".join(body)
+    head += HeaderCrc.build(zlib.crc32(head))
+    return head, placed, data_end
+
+
+def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> None:
+    """Write tensors and metadata to ``path`` as KDTR 1.0, atomically.
+
+    Args:
+        path: destination; its directory must exist.
+        tensors: name -> array (any KDTR dtype, at most 8 dims); written in C order, little-endian,
+            in the mapping's order.
+        metadata: key -> int | float | str | bool (numpy scalars accepted), in the mapping's order.
+
+    The bytes go to a temporary file in the same directory, which is fsynced and then
+    renamed over ``path``: an interrupted write never leaves a partial file under ``path``.
+
+    Raises:
+        WriteError: a name, dtype, shape or metadata value KDTR cannot hold.
+        OSError: the file cannot be written (the temporary file is removed).
+    """
+    dest = Path(path)
+    head, placed, data_end = encode(tensors, metadata)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(head)
+            pos = len(head)
+            for off, arr in placed:
+                if off > pos:
+                    fh.write(b"\0" * (off - pos))
+                if arr.nbytes:
+                    fh.write(_raw(arr))
+                pos = off + arr.nbytes if arr.nbytes else max(pos, off)
+            if data_end > pos:
+                fh.write(b"\0" * (data_end - pos))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        dfd = os.open(dest.parent or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def to_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes :func:`save` would write (for tests and fuzzing)."""
+    head, placed, data_end = encode(tensors, metadata)
+    out = bytearray(data_end)
+    out[: len(head)] = head
+    for off, arr in placed:
+        if arr.nbytes:
+            out[off : off + arr.nbytes] = _raw(arr)
+    return bytes(out)

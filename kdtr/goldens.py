@@ -1,0 +1,261 @@
+"""Golden lifecycle: write, list, hash and check the golden files (shared/DESIGN.md 4).
+
+Goldens live at ``golden/<op>/<config>.kdtr``; ``golden/MANIFEST.json`` lists each with
+its op, config, seed, sha256, size, generator version and the numpy version that wrote
+it. Committed goldens stay under :data:`COMMITTED_BUDGET` bytes in all. Configurations
+whose generator marks them ``tier = "cache"`` are too large to commit: they are listed
+in the manifest with their hash and generated on demand into a cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import format as kformat
+from .compare import ulp_distance
+from .errors import KdtrError
+
+MANIFEST_NAME = "MANIFEST.json"
+MANIFEST_FORMAT = 1
+COMMITTED_BUDGET = 32 * 1024 * 1024
+
+
+def repo_root() -> Path:
+    """The checkout root: $KDTR_ROOT, else the directory above this package."""
+    env = os.environ.get("KDTR_ROOT")
+    return Path(env) if env else Path(__file__).resolve().parent.parent
+
+
+def default_golden_dir() -> Path:
+    return repo_root() / "golden"
+
+
+def generators() -> dict[str, Any]:
+    from generators import GENERATORS  # late import: generators import kdtr
+
+    return GENERATORS
+
+
+def tier_of(op: str, config: str) -> str:
+    cfg = generators()[op].CONFIGS[config]
+    return getattr(cfg, "tier", "committed")
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_one(golden_dir: Path, op: str, config: str) -> tuple[Path, dict[str, Any]]:
+    """Generate configuration ``op/config`` into ``golden_dir/op/config.kdtr``; return its manifest entry."""
+    gen = generators()[op]
+    tensors, metadata = gen.generate(config)
+    dest = golden_dir / op / f"{config}.kdtr"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    kformat.save(dest, tensors, metadata)
+    entry = {
+        "op": op,
+        "config": config,
+        "seed": int(metadata["seed"]),
+        "sha256": sha256_of(dest),
+        "size": dest.stat().st_size,
+        "generator_version": int(metadata["generator_version"]),
+        "numpy_version": np.__version__,
+        "tier": tier_of(op, config),
+    }
+    return dest, entry
+
+
+def all_configs(ops: list[str] | None = None) -> list[tuple[str, str]]:
+    gens = generators()
+    return [(op, cfg) for op in (ops or list(gens)) for cfg in gens[op].CONFIGS]
+
+
+def regenerate(golden_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Write every committed golden and the manifest into ``golden_dir``.
+
+    Second-tier configurations are written into ``cache_dir`` (default
+    ``golden_dir/.cache``, git-ignored) so that their hash can be recorded.
+
+    Returns:
+        The manifest written.
+    """
+    cache_dir = cache_dir or golden_dir / ".cache"
+    files: dict[str, Any] = {}
+    for op, config in all_configs():
+        target = golden_dir if tier_of(op, config) == "committed" else cache_dir
+        _, entry = write_one(target, op, config)
+        files[f"{op}/{config}.kdtr"] = entry
+    manifest = {"format": MANIFEST_FORMAT, "files": files}
+    committed = sum(e["size"] for e in files.values() if e["tier"] == "committed")
+    if committed > COMMITTED_BUDGET:
+        raise ValueError(f"committed goldens total {committed} bytes > budget {COMMITTED_BUDGET}")
+    write_manifest(golden_dir, manifest)
+    return manifest
+
+
+def write_manifest(golden_dir: Path, manifest: dict[str, Any]) -> None:
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".MANIFEST.", suffix=".tmp", dir=golden_dir)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, golden_dir / MANIFEST_NAME)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_manifest(golden_dir: Path) -> dict[str, Any]:
+    """Parse ``golden_dir/MANIFEST.json``.
+
+    Raises:
+        FileNotFoundError: no manifest.
+        ValueError: not valid JSON or not a kdtr manifest.
+    """
+    path = golden_dir / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or "files" not in manifest:
+        raise ValueError(f"{path}: not a kdtr manifest of format {MANIFEST_FORMAT}")
+    return manifest
+
+
+@dataclass
+class Drift:
+    """One difference found by :func:`check`."""
+
+    file: str
+    kind: str  # missing | extra | unlisted | hash | tensor | metadata | unreadable | manifest
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.kind}: {self.detail}"
+
+
+@dataclass
+class CheckReport:
+    drifts: list[Drift] = field(default_factory=list)
+    checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifts
+
+
+def _tensor_drift(rel: str, name: str, old: np.ndarray, new: np.ndarray) -> Drift | None:
+    if old.dtype != new.dtype or old.shape != new.shape:
+        return Drift(rel, "tensor", f"{name}: {old.dtype}{list(old.shape)} -> {new.dtype}{list(new.shape)}")
+    if old.tobytes() == new.tobytes():
+        return None
+    is_float = old.dtype.kind == "f" or old.dtype.name == "bfloat16"
+    if name.startswith("expected.") and is_float:
+        ulp = ulp_distance(old, new)
+        n = int(np.count_nonzero(old.reshape(-1).view(np.uint8) != new.reshape(-1).view(np.uint8)))
+        return Drift(rel, "tensor", f"{name}: float output changed, max {int(np.max(ulp))} ULP ({n} bytes differ)")
+    n = int(np.count_nonzero(old.reshape(-1) != new.reshape(-1))) if old.size else 0
+    return Drift(rel, "tensor", f"{name}: {n} of {old.size} elements changed")
+
+
+def _compare_files(rel: str, old_path: Path, new_path: Path) -> list[Drift]:
+    try:
+        old = kformat.load(old_path)
+    except KdtrError as exc:
+        return [Drift(rel, "unreadable", str(exc))]
+    new = kformat.load(new_path)
+    out: list[Drift] = []
+    for name in sorted(set(old.tensors) | set(new.tensors)):
+        if name not in new.tensors:
+            out.append(Drift(rel, "tensor", f"{name}: in the committed file, no longer generated"))
+        elif name not in old.tensors:
+            out.append(Drift(rel, "tensor", f"{name}: newly generated, absent from the committed file"))
+        elif d := _tensor_drift(rel, name, old.tensors[name], new.tensors[name]):
+            out.append(d)
+    for key in sorted(set(old.metadata) | set(new.metadata)):
+        if old.metadata.get(key) != new.metadata.get(key):
+            out.append(Drift(rel, "metadata", f"{key}: {old.metadata.get(key)!r} -> {new.metadata.get(key)!r}"))
+    return out
+
+
+def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
+    """Regenerate every golden into a temporary directory and compare with ``golden_dir``.
+
+    Reports, per file: missing (listed or generated but not on disk), extra (orphan
+    ``.kdtr`` not produced by any configuration), unlisted (generated but not in the
+    manifest), hash (on-disk bytes differ from the manifest's sha256), tensor changes
+    (inputs and integer outputs byte for byte; float outputs with their max ULP change)
+    and metadata changes. Second-tier files are checked against their manifest hash only.
+    """
+    report = CheckReport()
+    try:
+        manifest = read_manifest(golden_dir)
+        listed = manifest["files"]
+    except (FileNotFoundError, ValueError) as exc:
+        report.drifts.append(Drift(MANIFEST_NAME, "manifest", str(exc)))
+        listed = {}
+    generated = {f"{op}/{cfg}.kdtr": (op, cfg) for op, cfg in all_configs()}
+    on_disk = {str(p.relative_to(golden_dir)) for p in golden_dir.glob("*/*.kdtr")}
+
+    for rel in sorted(on_disk - set(generated)):
+        report.drifts.append(Drift(rel, "extra", "orphan golden: no configuration generates it"))
+    for rel in sorted(set(listed) - set(generated)):
+        report.drifts.append(Drift(rel, "extra", "listed in the manifest but no configuration generates it"))
+    for rel in sorted(set(generated) - set(listed)):
+        report.drifts.append(Drift(rel, "unlisted", "generated but not listed in the manifest"))
+
+    with tempfile.TemporaryDirectory(prefix="kdtr-regen-") as tmp:
+        tmpdir = Path(tmp)
+        for rel, (op, cfg) in sorted(generated.items()):
+            tier = tier_of(op, cfg)
+            new_path, entry = write_one(tmpdir, op, cfg)
+            report.checked += 1
+            if tier != "committed":
+                if rel in listed and listed[rel]["sha256"] != entry["sha256"]:
+                    report.drifts.append(Drift(rel, "hash", "second-tier regeneration differs from the manifest hash"))
+                continue
+            disk = golden_dir / rel
+            if not disk.exists():
+                report.drifts.append(Drift(rel, "missing", "generated but absent from golden/"))
+                continue
+            if rel in listed and sha256_of(disk) != listed[rel]["sha256"]:
+                report.drifts.append(Drift(rel, "hash", "file on disk does not match its manifest sha256"))
+            if rel in listed:
+                for key in ("seed", "generator_version", "op", "config"):
+                    if listed[rel].get(key) != entry[key]:
+                        report.drifts.append(Drift(rel, "manifest", f"{key}: {listed[rel].get(key)!r} -> {entry[key]!r}"))
+            report.drifts.extend(_compare_files(rel, disk, new_path))
+    return report
+
+
+def ensure_cached(golden_dir: Path, op: str, config: str, cache_dir: Path | None = None) -> Path:
+    """Path of a second-tier golden, generating it into the cache if absent or stale.
+
+    Raises:
+        ValueError: the regenerated file does not match the manifest hash.
+    """
+    cache_dir = cache_dir or golden_dir / ".cache"
+    rel = f"{op}/{config}.kdtr"
+    want = read_manifest(golden_dir)["files"][rel]["sha256"]
+    path = cache_dir / rel
+    if path.exists() and sha256_of(path) == want:
+        return path
+    path, entry = write_one(cache_dir, op, config)
+    if entry["sha256"] != want:
+        raise ValueError(f"{path}: regenerated second-tier golden does not match its manifest sha256")
+    return path

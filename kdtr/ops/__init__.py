@@ -1,0 +1,1 @@
+"""numpy reference implementations of the DDTree ops (shared/DESIGN.md section 3)."""

@@ -1,0 +1,146 @@
+"""tree_accept: the greedy walk of a verified draft tree (reference, numpy).
+
+Algorithm: shared/DESIGN.md section 3.2 and docs/ops/tree_accept.md. It is SGLang's
+``verify_tree_greedy`` (accept_token_num = accepted_count) for one step of greedy
+DDTree speculative decoding (Ringel & Romano, "Accelerating Speculative Decoding with
+Block Diffusion Draft Trees"): starting at the root (slot 0), move to the child whose
+draft token equals the target model's greedy token at the current slot, while one
+exists; the bonus token is the target's token at the last accepted slot.
+
+Malformed trees never hang or read out of range: every walk is bounded by node_count
+child-link visits and every followed index by [1, node_count]; a malformed request is
+rejected whole with a nonzero status (codes below).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+STATUS_OK = 0
+STATUS_BAD_NODE_COUNT = 1
+STATUS_BAD_INDEX = 2
+STATUS_CYCLE = 3
+STATUS_NAMES = {0: "OK", 1: "BAD_NODE_COUNT", 2: "BAD_INDEX", 3: "CYCLE"}
+
+
+@dataclass
+class AcceptResult:
+    """Outputs of :func:`tree_accept` (B requests, T slots).
+
+    accepted_count: int32 [B]; accepted_path: int32 [B,T]; proposed: int64 [B,T];
+    status: int32 [B].
+    """
+
+    accepted_count: np.ndarray
+    accepted_path: np.ndarray
+    proposed: np.ndarray
+    status: np.ndarray
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {
+            "accepted_count": self.accepted_count,
+            "accepted_path": self.accepted_path,
+            "proposed": self.proposed,
+            "status": self.status,
+        }
+
+
+def accept_request(
+    node_token_ids: np.ndarray,
+    next_token: np.ndarray,
+    next_sibling: np.ndarray,
+    node_count: int,
+    target_predict: np.ndarray,
+) -> tuple[int, list[int], list[int], int]:
+    """Walk one request's tree.
+
+    Args: the request's rows (length T each) and its node_count.
+
+    Returns:
+        (accepted_count, path slots, proposed tokens incl. the bonus token, status); for a
+        malformed tree: (0, [0], [], status).
+    """
+    t = len(node_token_ids)
+    n = int(node_count)
+    if n < 0 or n > t - 1:
+        return 0, [0], [], STATUS_BAD_NODE_COUNT
+    cur = 0
+    path = [0]
+    tokens: list[int] = []
+    visits = 0
+    while True:
+        want = int(target_predict[cur])
+        c = int(next_token[cur])
+        found = -1
+        while c != -1:
+            if c < 1 or c > n:
+                return 0, [0], [], STATUS_BAD_INDEX
+            visits += 1
+            if visits > n:
+                return 0, [0], [], STATUS_CYCLE
+            if int(node_token_ids[c]) == want:
+                found = c
+                break
+            c = int(next_sibling[c])
+        if found == -1:
+            break
+        path.append(found)
+        tokens.append(int(node_token_ids[found]))
+        cur = found
+    tokens.append(int(target_predict[cur]))
+    return len(path) - 1, path, tokens, STATUS_OK
+
+
+def tree_accept(
+    node_token_ids: np.ndarray,
+    next_token: np.ndarray,
+    next_sibling: np.ndarray,
+    node_count: np.ndarray,
+    target_predict: np.ndarray,
+) -> AcceptResult:
+    """Greedy acceptance over a batch of verified draft trees.
+
+    Args:
+        node_token_ids: int64 [B,T], draft token per slot (slot 0 = root token, -1 empty).
+        next_token: int32 [B,T], first child (smallest-index child) per slot, -1 if none.
+        next_sibling: int32 [B,T], next larger-index child of the same parent, -1 if none.
+        node_count: int32 [B], draft nodes per request, root excluded.
+        target_predict: int64 [B,T], the target model's greedy token at each slot.
+
+    Returns:
+        :class:`AcceptResult`; rows padded with -1 after accepted_count + 1 entries.
+
+    Raises:
+        ValueError: inconsistent shapes or dtypes (never for malformed trees: those get a
+            per-request status).
+    """
+    ids = np.asarray(node_token_ids)
+    if ids.ndim != 2:
+        raise ValueError(f"node_token_ids must be [B,T], got shape {ids.shape}")
+    b, t = ids.shape
+    for name, arr, dt in (
+        ("node_token_ids", ids, np.int64),
+        ("next_token", next_token, np.int32),
+        ("next_sibling", next_sibling, np.int32),
+        ("target_predict", target_predict, np.int64),
+    ):
+        if np.asarray(arr).shape != (b, t) or np.asarray(arr).dtype != dt:
+            raise ValueError(f"{name} must be {np.dtype(dt)} [{b},{t}], got {np.asarray(arr).dtype} {np.asarray(arr).shape}")
+    if np.asarray(node_count).shape != (b,) or np.asarray(node_count).dtype != np.int32:
+        raise ValueError(f"node_count must be int32 [{b}]")
+    if t < 1:
+        raise ValueError("T must be at least 1 (the root slot)")
+
+    count = np.zeros(b, np.int32)
+    path = np.full((b, t), -1, np.int32)
+    proposed = np.full((b, t), -1, np.int64)
+    status = np.zeros(b, np.int32)
+    for r in range(b):
+        n, slots, toks, st = accept_request(ids[r], next_token[r], next_sibling[r], node_count[r], target_predict[r])
+        count[r] = n
+        path[r, : len(slots)] = slots
+        proposed[r, : len(toks)] = toks
+        status[r] = st
+    return AcceptResult(count, path, proposed, status)

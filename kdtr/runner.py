@@ -1,0 +1,306 @@
+"""Run goldens through the test binaries and judge the outputs (shared/DESIGN.md 5, 6).
+
+A *case* is one golden on one backend. :func:`run_case` never raises for a case's own
+failure: every outcome becomes a status.
+
+PASS           every expected output meets its contract
+MISMATCH       an output is missing, has another dtype/shape, or breaks its contract
+CRASH          the binary died by a signal or exited 1 (runtime failure)
+TIMEOUT        the binary ran past the time limit (it is killed)
+ERROR          harness or input problem: unreadable golden, missing binary, exit 2,
+               unreadable output file
+NOT_SUPPORTED  the backend is absent here (binary exit 3: not built with CUDA, no GPU)
+WAIVED         listed with a reason in golden/known_failures.json and not passing
+
+Binary exit codes are documented in docs/binaries.md.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import format as kformat
+from .compare import TensorResult, compare
+from .contract import Contract
+from .errors import KdtrError
+
+BACKENDS = ("cpu", "cuda")
+STATUSES = ("PASS", "MISMATCH", "CRASH", "TIMEOUT", "ERROR", "NOT_SUPPORTED", "WAIVED")
+FAILING = {"MISMATCH", "CRASH", "TIMEOUT", "ERROR"}
+EXIT_RUNTIME, EXIT_INPUT, EXIT_NOT_SUPPORTED = 1, 2, 3
+KNOWN_FAILURES = "known_failures.json"
+
+
+class UsageError(ValueError):
+    """Bad selection or configuration given to the runner (CLI exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One golden on one backend."""
+
+    op: str
+    config: str
+    golden: Path
+    backend: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}/{self.config}@{self.backend}"
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    status: str
+    reason: str = ""
+    outputs: list[TensorResult] = field(default_factory=list)
+    seconds: float = 0.0
+    command: list[str] = field(default_factory=list)
+    output_file: str = ""
+    stderr: str = ""
+    rerun: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.case.id,
+            "op": self.case.op,
+            "config": self.case.config,
+            "backend": self.case.backend,
+            "golden": str(self.case.golden),
+            "status": self.status,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 4),
+            "command": shlex.join(self.command) if self.command else "",
+            "rerun": self.rerun,
+            "output_file": self.output_file,
+            "stderr": self.stderr,
+            "outputs": [o.to_json() for o in self.outputs],
+        }
+
+
+@dataclass
+class RunConfig:
+    golden_dir: Path
+    bin_dir: Path
+    out_dir: Path
+    timeout: float = 60.0
+    device: int = 0
+    known_failures: dict[str, str] = field(default_factory=dict)
+
+
+def discover(golden_dir: Path) -> list[tuple[str, str, Path]]:
+    """Every committed golden as (op, config, path), sorted; from the files on disk.
+
+    Raises:
+        UsageError: the directory does not exist or holds no goldens.
+    """
+    if not golden_dir.is_dir():
+        raise UsageError(f"golden directory {golden_dir} does not exist")
+    found = sorted((p.parent.name, p.stem, p) for p in golden_dir.glob("*/*.kdtr"))
+    if not found:
+        raise UsageError(f"no goldens under {golden_dir} (run `kdtr regen`)")
+    return found
+
+
+def select(
+    goldens: list[tuple[str, str, Path]],
+    only: Iterable[str] = (),
+    known_ops: Iterable[str] | None = None,
+) -> list[tuple[str, str, Path]]:
+    """Keep the goldens whose ``op/config`` matches any of the glob patterns in ``only``.
+
+    A pattern without ``/`` matches an op (``tree_accept`` = ``tree_accept/*``).
+
+    Raises:
+        UsageError: a pattern names an unknown op or matches nothing.
+    """
+    only = list(only)
+    if not only:
+        return goldens
+    ops = set(known_ops) if known_ops is not None else {g[0] for g in goldens}
+    keep: dict[Path, tuple[str, str, Path]] = {}
+    for pat in only:
+        full = pat if "/" in pat else f"{pat}/*"
+        op_pat = full.split("/", 1)[0]
+        if not any(fnmatch.fnmatchcase(op, op_pat) for op in ops):
+            raise UsageError(f"--only {pat!r}: no op matches {op_pat!r} (ops: {', '.join(sorted(ops))})")
+        hits = [g for g in goldens if fnmatch.fnmatchcase(f"{g[0]}/{g[1]}", full)]
+        if not hits:
+            raise UsageError(f"--only {pat!r} matches no golden")
+        for g in hits:
+            keep[g[2]] = g
+    return sorted(keep.values())
+
+
+def load_known_failures(golden_dir: Path) -> dict[str, str]:
+    """``golden/known_failures.json``: {"op/config" or "op/config@backend": reason}.
+
+    Raises:
+        UsageError: the file is not a JSON object of non-empty strings.
+    """
+    path = golden_dir / KNOWN_FAILURES
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not all(isinstance(v, str) and v.strip() for v in data.values()):
+        raise UsageError(f"{path}: must map 'op/config[@backend]' to a non-empty reason")
+    return data
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _tail(text: str, n: int = 2000) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[str, str, list[TensorResult]]:
+    try:
+        out = kformat.load(out_path)
+    except (KdtrError, OSError) as exc:
+        return "ERROR", f"output file unreadable: {exc}", []
+    results = []
+    expected_names = [k[len("expected.") :] for k in golden.tensors if k.startswith("expected.")]
+    if not expected_names:
+        return "ERROR", f"{case.golden}: golden has no expected.* tensors", []
+    for name in expected_names:
+        try:
+            contract = Contract.from_metadata(golden.metadata, name)
+        except (KeyError, ValueError) as exc:
+            return "ERROR", f"{case.golden}: bad or missing contract for {name!r}: {exc}", []
+        results.append(compare(name, golden.tensors[f"expected.{name}"], out.tensors.get(name), contract))
+    bad = [r for r in results if not r.ok]
+    if bad:
+        return "MISMATCH", "; ".join(r.summary() for r in bad), results
+    return "PASS", "", results
+
+
+def run_case(case: Case, cfg: RunConfig) -> CaseResult:
+    """Run one case and return its result; never raises for the case's own failures."""
+    t0 = time.monotonic()
+    res = CaseResult(case, "ERROR")
+    res.rerun = f"kdtr run --only {case.op}/{case.config} --backend {case.backend}"
+    res.status, res.reason = _run_case(case, cfg, res)
+    res.seconds = time.monotonic() - t0
+    waiver = cfg.known_failures.get(f"{case.op}/{case.config}@{case.backend}") or cfg.known_failures.get(
+        f"{case.op}/{case.config}"
+    )
+    if waiver and res.status in FAILING:
+        res.reason = f"waived ({waiver}); was {res.status}: {res.reason}"
+        res.status = "WAIVED"
+    return res
+
+
+def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
+    try:
+        golden = kformat.load(case.golden)
+    except (KdtrError, OSError) as exc:
+        return "ERROR", f"golden unreadable: {exc}"
+    op = golden.metadata.get("op")
+    if op != case.op:
+        return "ERROR", f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
+    binary = cfg.bin_dir / f"kdtr_{case.op}"
+    if not binary.exists():
+        return "ERROR", f"binary {binary} not found (run `make`)"
+    out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.unlink(missing_ok=True)
+    res.output_file = str(out_path)
+    cmd = [str(binary), "--input", str(case.golden), "--output", str(out_path), "--backend", case.backend]
+    if case.backend == "cuda":
+        cmd += ["--device", str(cfg.device)]
+    res.command = cmd
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=cfg.timeout, stdin=subprocess.DEVNULL, errors="replace"
+        )
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        res.stderr = _tail(err)
+        return "TIMEOUT", f"killed after {cfg.timeout:g} s"
+    except OSError as exc:
+        return "ERROR", f"cannot start {binary}: {exc}"
+    res.stderr = _tail(proc.stderr)
+    first_line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "(no message)"
+    rc = proc.returncode
+    if rc < 0:
+        return "CRASH", f"killed by {_signal_name(rc)}"
+    if rc == EXIT_NOT_SUPPORTED:
+        return "NOT_SUPPORTED", first_line
+    if rc == EXIT_INPUT:
+        return "ERROR", f"binary rejected its input (exit 2): {first_line}"
+    if rc != 0:
+        return "CRASH", f"exit {rc}: {first_line}"
+    status, reason, outputs = _judge(case, golden, out_path)
+    res.outputs = outputs
+    return status, reason
+
+
+def plan(goldens: list[tuple[str, str, Path]], backends: Iterable[str]) -> list[Case]:
+    return [Case(op, cfg, path, b) for op, cfg, path in goldens for b in backends]
+
+
+def shard(cases: list[Case], spec: str | None) -> list[Case]:
+    """Keep shard ``i/n`` (1-based) of ``cases``.
+
+    Raises:
+        UsageError: malformed spec.
+    """
+    if not spec:
+        return cases
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError as exc:
+        raise UsageError(f"--shard {spec!r}: expected i/n, e.g. 1/4") from exc
+    if not 1 <= i <= n:
+        raise UsageError(f"--shard {spec!r}: need 1 <= i <= n")
+    return cases[i - 1 :: n]
+
+
+def run_all(
+    cases: list[Case], cfg: RunConfig, jobs: int, on_done: Callable[[CaseResult], None] | None = None
+) -> list[CaseResult]:
+    """Run cases on ``jobs`` threads (each waits on a subprocess); results in case order."""
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[Case, CaseResult] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_case, c, cfg): c for c in cases}
+        for fut in as_completed(futures):
+            c = futures[fut]
+            try:
+                r = fut.result()
+            except Exception as exc:  # a harness bug must not stop the run
+                r = CaseResult(c, "ERROR", f"harness error: {type(exc).__name__}: {exc}")
+            results[c] = r
+            if on_done:
+                on_done(r)
+    return [results[c] for c in cases]
+
+
+def exit_code(results: list[CaseResult]) -> int:
+    """0 if nothing failed (PASS, NOT_SUPPORTED, WAIVED only), else 1."""
+    return 1 if any(r.status in FAILING for r in results) else 0
+
+
+def default_jobs() -> int:
+    return max(1, min(8, os.cpu_count() or 1))

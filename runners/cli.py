@@ -1,0 +1,262 @@
+"""The ``kdtr`` command line: run, regen, inspect, diff, list.
+
+Only options and rendering live here; the work is in :mod:`kdtr.runner`,
+:mod:`kdtr.goldens`, :mod:`kdtr.compare` and :mod:`kdtr.report`.
+
+Exit codes: 0 all pass (or no drift / no difference), 1 a mismatch, crash, timeout,
+case error or drift, 2 usage or harness error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kdtr import format as kformat
+from kdtr import goldens, report, runner
+from kdtr.compare import compare
+from kdtr.contract import Contract
+from kdtr.dtypes import name_of_dtype
+from kdtr.errors import KdtrError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+STATUS_STYLE = {
+    "PASS": "green",
+    "MISMATCH": "bold red",
+    "CRASH": "bold red",
+    "TIMEOUT": "bold red",
+    "ERROR": "bold magenta",
+    "NOT_SUPPORTED": "dim",
+    "WAIVED": "yellow",
+}
+
+
+def fail_usage(msg: str) -> None:
+    err_console.print(f"kdtr: error: {msg}", markup=False)
+    sys.exit(2)
+
+
+def _root_path(value: str | None, default: Path) -> Path:
+    return Path(value) if value else default
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kdtr")
+def main() -> None:
+    """kdtr: golden-file conformance for DDTree kernels (tree_build, verify_attn, tree_accept)."""
+
+
+def gpu_description() -> str:
+    if not shutil.which("nvidia-smi"):
+        return ""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    return "; ".join(f"{ln.split(',')[0].strip()} (driver {ln.split(',')[1].strip()})" for ln in lines if "," in ln)
+
+
+@main.command()
+@click.option("--only", "only", multiple=True, metavar="PATTERN",
+              help="op or op/config glob (repeatable), e.g. tree_accept or 'tree_accept/ch*'.")
+@click.option("--backend", "backends", multiple=True, type=click.Choice(runner.BACKENDS),
+              help="Backend to run (repeatable); default: all.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=runner.default_jobs, show_default="cores, max 8",
+              help="Cases run in parallel.")
+@click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based).")
+@click.option("--timeout", type=click.FloatRange(0.1), default=60.0, show_default=True, help="Seconds per case.")
+@click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
+@click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
+@click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
+@click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
+def run(only, backends, jobs, shard, timeout, device, golden_dir, bin_dir, report_dir) -> None:
+    """Run every golden on every backend, diff, and write the reports."""
+    root = goldens.repo_root()
+    gdir = _root_path(golden_dir, root / "golden")
+    rdir = _root_path(report_dir, root / "reports")
+    try:
+        found = runner.discover(gdir)
+        from generators import GENERATORS
+
+        chosen = runner.select(found, only, known_ops=set(GENERATORS) | {g[0] for g in found})
+        cases = runner.shard(runner.plan(chosen, backends or runner.BACKENDS), shard)
+        cfg = runner.RunConfig(
+            golden_dir=gdir,
+            bin_dir=_root_path(bin_dir, root / "build" / "bin"),
+            out_dir=rdir / "obtained",
+            timeout=timeout,
+            device=device,
+            known_failures=runner.load_known_failures(gdir),
+        )
+    except runner.UsageError as exc:
+        fail_usage(str(exc))
+        return
+
+    with Progress(
+        TextColumn("[bold]kdtr run"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"), console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("", total=len(cases))
+
+        def done(r: runner.CaseResult) -> None:
+            if r.status in runner.FAILING:
+                progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {r.case.id}")
+            progress.update(task, advance=1, description=r.case.id)
+
+        results = runner.run_all(cases, cfg, jobs, on_done=done)
+
+    table = Table(title="kdtr conformance", show_lines=False)
+    table.add_column("op")
+    table.add_column("config")
+    table.add_column("backend")
+    table.add_column("status")
+    table.add_column("time", justify="right")
+    table.add_column("detail", overflow="fold", max_width=70)
+    for r in results:
+        table.add_row(r.case.op, r.case.config, r.case.backend, f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
+                      f"{r.seconds:.2f}s", r.reason[:200])
+    console.print(table)
+    for r in results:
+        if r.status in runner.FAILING or r.status == "WAIVED":
+            console.print("\n".join(report.mismatch_lines(r)), markup=False)
+    env = report.environment()
+    env["gpu"] = gpu_description()
+    paths = report.write_all(rdir, results, env)
+    c = report.counts(results)
+    console.print("  ".join(f"[{STATUS_STYLE[s]}]{s}[/] {n}" for s, n in c.items() if n))
+    console.print("reports: " + ", ".join(str(p) for p in paths), markup=False)
+    sys.exit(runner.exit_code(results))
+
+
+@main.command()
+@click.option("--check", is_flag=True, help="Regenerate into a temporary directory and report drift; write nothing.")
+@click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
+def regen(check, golden_dir) -> None:
+    """Regenerate every golden and golden/MANIFEST.json (or, with --check, compare)."""
+    gdir = _root_path(golden_dir, goldens.default_golden_dir())
+    if check:
+        if not gdir.is_dir():
+            fail_usage(f"golden directory {gdir} does not exist")
+        rep = goldens.check(gdir)
+        for d in rep.drifts:
+            console.print(f"[red]DRIFT[/] {d}", markup=True)
+        if rep.ok:
+            console.print(f"[green]no drift[/]: {rep.checked} goldens regenerate byte for byte")
+            sys.exit(0)
+        console.print(f"[red]{len(rep.drifts)} drift(s)[/] over {rep.checked} goldens")
+        sys.exit(1)
+    gdir.mkdir(parents=True, exist_ok=True)
+    try:
+        manifest = goldens.regenerate(gdir)
+    except ValueError as exc:
+        fail_usage(str(exc))
+        return
+    total = sum(e["size"] for e in manifest["files"].values() if e["tier"] == "committed")
+    console.print(f"wrote {len(manifest['files'])} goldens ({total / 2**20:.2f} MiB committed) and {gdir / goldens.MANIFEST_NAME}")
+
+
+def _open(path: str, verify: bool = True) -> kformat.KdtrFile:
+    try:
+        return kformat.load(path, verify=verify)
+    except KdtrError as exc:
+        err_console.print(f"kdtr: error: {type(exc).__name__}: {exc}", markup=False)
+        sys.exit(2)
+    except OSError as exc:
+        fail_usage(f"{path}: {exc.strerror or exc}")
+        raise
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--no-verify", is_flag=True, help="Skip the data checksums.")
+@click.option("--values", is_flag=True, help="Print tensor values (numpy summary).")
+def inspect(file, no_verify, values) -> None:
+    """Show a KDTR file's metadata, tensors and comparison contracts."""
+    f = _open(file, verify=not no_verify)
+    console.print(f"[bold]{file}[/]  KDTR {f.version[0]}.{f.version[1]}")
+    meta = Table("key", "value", title="metadata")
+    for k, v in f.metadata.items():
+        meta.add_row(k, repr(v))
+    console.print(meta)
+    tens = Table("name", "dtype", "shape", "bytes", "min", "max", title="tensors")
+    for name, arr in f.tensors.items():
+        lo = hi = ""
+        if arr.size and (arr.dtype.kind in "iub" or arr.dtype.kind == "f" or name_of_dtype(arr.dtype) == "bf16"):
+            a = arr.astype(np.float64)
+            lo, hi = f"{np.nanmin(a):.6g}", f"{np.nanmax(a):.6g}"
+        tens.add_row(name, name_of_dtype(arr.dtype), str(list(arr.shape)), str(arr.nbytes), lo, hi)
+    console.print(tens)
+    if values:
+        for name, arr in f.tensors.items():
+            console.print(f"{name} =\n{np.array2string(np.asarray(arr), threshold=200)}", markup=False)
+
+
+@main.command()
+@click.argument("expected", type=click.Path(exists=True, dir_okay=False))
+@click.argument("actual", type=click.Path(exists=True, dir_okay=False))
+def diff(expected, actual) -> None:
+    """Compare ACTUAL with EXPECTED.
+
+    If EXPECTED is a golden (has expected.* tensors), each expected.<name> is compared
+    with ACTUAL's <name> under the golden's contract; otherwise tensors of the same name
+    are compared exactly. Exit 0 if all match, 1 otherwise.
+    """
+    e, a = _open(expected), _open(actual)
+    if any(k.startswith("expected.") for k in e.tensors):
+        pairs = [(k[len("expected."):], v) for k, v in e.tensors.items() if k.startswith("expected.")]
+    else:
+        pairs = list(e.tensors.items())
+    ok = True
+    for name, exp in pairs:
+        try:
+            contract = Contract.from_metadata(e.metadata, name)
+        except KeyError:
+            contract = Contract("exact")
+        except ValueError as exc:
+            fail_usage(f"{expected}: bad contract for {name!r}: {exc}")
+            return
+        res = compare(name, exp, a.tensors.get(name), contract)
+        ok &= res.ok
+        style = "green" if res.ok else "red"
+        console.print(f"[{style}]{res.summary()}[/]")
+        for el in res.first:
+            console.print(f"    {el.where()}: expected {el.expected}, actual {el.actual}", markup=False)
+    sys.exit(0 if ok else 1)
+
+
+@main.command("list")
+@click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
+def list_(golden_dir) -> None:
+    """List every op and configuration with its tier, golden file and description."""
+    gdir = _root_path(golden_dir, goldens.default_golden_dir())
+    from generators import GENERATORS
+
+    bin_dir = goldens.repo_root() / "build" / "bin"
+    table = Table("op", "config", "tier", "golden", "size", "binary", "description", title="kdtr configurations")
+    for op, gen in GENERATORS.items():
+        has_bin = "built" if (bin_dir / f"kdtr_{op}").exists() else "[yellow]not built[/]"
+        for name, cfg in gen.CONFIGS.items():
+            path = gdir / op / f"{name}.kdtr"
+            tier = getattr(cfg, "tier", "committed")
+            present = path.exists() if tier == "committed" else (gdir / ".cache" / op / f"{name}.kdtr").exists()
+            size = f"{path.stat().st_size / 1024:.1f} KiB" if path.exists() else ""
+            table.add_row(op, name, tier, "yes" if present else "[red]missing[/]", size, has_bin, cfg.description)
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
