@@ -72,7 +72,7 @@ def random_tree(
     kids: dict[int, set[int]] = {0: set()}
     n = 0
     for i in range(1, node_count + 1):
-        open_slots = [s for s in range(i) if depths[s] < max_depth and len(kids[s]) < max_children]
+        open_slots = [s for s in range(i) if depths[s] < max_depth and len(kids[s]) < min(max_children, vocab)]
         if not open_slots:
             break
         # Favour recent slots a little so trees grow deep as well as wide.
@@ -105,6 +105,8 @@ def chain_tree(rng: np.random.Generator, t: int, node_count: int, vocab: int) ->
 def non_child_token(rng: np.random.Generator, tree: Tree, slot: int, vocab: int) -> int:
     """A token that matches no child of ``slot`` (the walk stops there)."""
     taken = {int(tree.token_ids[c]) for c in tree.children(slot)}
+    if len(taken) >= vocab:
+        return vocab  # every in-vocabulary token is a child: use one past the vocabulary
     while True:
         tok = int(rng.integers(0, vocab))
         if tok not in taken:

@@ -24,6 +24,7 @@ field and its byte offset. Validation never uses ``assert``.
 
 from __future__ import annotations
 
+import bisect
 import io
 import mmap
 import os
@@ -98,6 +99,7 @@ class TensorEntry:
     nbytes: int
     crc32: int
     entry_offset: int  # where the entry starts in the file
+    crc_offset: int = -1  # where its crc32 field is in the file
 
 
 @dataclass
@@ -154,68 +156,136 @@ class _HeaderReader:
         except ConstructError as exc:
             raise E.Truncated(self.path, field_name, at, "header ends inside this field") from exc
 
-    def name(self, field_name: str) -> str:
+    def name(self, field_name: str) -> tuple[str, int]:
+        """Reads a name or key; returns it and the offset of its bytes.
+
+        The length is checked before the bytes are read (file order): a length over the cap
+        is ``BadName`` even when the header also ends early.
+        """
         at = self.offset
-        raw = self.read(Name, field_name).raw
-        if not 1 <= len(raw) <= MAX_NAME_LEN:
-            raise E.BadName(self.path, field_name, at, f"length {len(raw)} not in [1, {MAX_NAME_LEN}]")
+        length = self.read(Int16ul, field_name + "_len")
+        if not 1 <= length <= MAX_NAME_LEN:
+            raise E.BadName(self.path, field_name + "_len", at, f"length {length} not in [1, {MAX_NAME_LEN}]")
+        raw_at = self.offset
+        raw = self.read(Bytes(length), field_name)
         try:
-            return raw.decode("utf-8")
+            return raw.decode("utf-8"), raw_at
         except UnicodeDecodeError as exc:
-            raise E.BadName(self.path, field_name, at, f"not valid UTF-8 ({exc.reason})") from exc
+            raise E.BadName(self.path, field_name, raw_at, f"not valid UTF-8 ({exc.reason})") from exc
 
     def remaining(self) -> int:
         return len(self.stream.getbuffer()) - self.stream.tell()
 
 
 def _checked_nbytes(path: str, where: str, at: int, shape: tuple[int, ...], itemsize: int) -> int:
-    n = itemsize
+    """product(shape) x itemsize in checked u64 arithmetic, in that order (as the C++ reader):
+    the running product of the dims, left to right, then times the itemsize."""
+    n = 1
     for d in shape:
         n *= d
         if n > _U64_MAX:
-            raise E.SizeOverflow(path, where, at, f"shape {shape} x {itemsize} B overflows 64 bits")
-    return n
+            break
+    if n > _U64_MAX or n * itemsize > _U64_MAX:
+        raise E.SizeOverflow(path, where, at, f"shape {shape} x {itemsize} B overflows 64 bits")
+    return n * itemsize
 
 
-def _parse_tensor(r: _HeaderReader, i: int, file_size: int, data_start: int) -> TensorEntry:
+class _Ranges:
+    """Disjoint [start, end) data ranges seen so far, sorted by start (for the overlap rule)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.items: list[tuple[int, int, int]] = []  # (start, end, tensor index)
+
+    def overlapping(self, start: int, end: int) -> int | None:
+        k = bisect.bisect_left(self.starts, start)
+        if k < len(self.items) and self.items[k][0] < end:
+            return self.items[k][2]
+        if k > 0 and self.items[k - 1][1] > start:
+            return self.items[k - 1][2]
+        return None
+
+    def add(self, start: int, end: int, index: int) -> None:
+        k = bisect.bisect_left(self.starts, start)
+        self.starts.insert(k, start)
+        self.items.insert(k, (start, end, index))
+
+
+def _parse_tensor(
+    r: _HeaderReader, i: int, file_size: int, data_start: int, seen: dict[str, int], ranges: _Ranges
+) -> TensorEntry:
+    """One tensor entry, every field checked in file order (docs/kdtr-format.md section 3)."""
     p = r.path
     entry_at = r.offset
-    name = r.name(f"tensors[{i}].name")
-    kind_at = r.offset
-    kind = r.read(TensorKind, f"tensors[{i}].dtype")
-    if kind.dtype not in DTYPE_BY_CODE:
-        raise E.UnknownDtype(p, f"tensors[{i}].dtype ({name})", kind_at, f"unknown dtype code {kind.dtype}")
-    if kind.ndim > MAX_NDIM:
-        raise E.TooManyDims(p, f"tensors[{i}].ndim ({name})", kind_at + 1, f"ndim {kind.ndim} > {MAX_NDIM}")
+    name, name_at = r.name(f"tensors[{i}].name")
+    if name in seen:
+        raise E.DuplicateName(
+            p, f"tensors[{i}].name", name_at, f"tensor name {name!r} repeats tensors[{seen[name]}]"
+        )
+    dtype_at = r.offset
+    code = r.read(Int8ul, f"tensors[{i}].dtype ({name})")
+    if code not in DTYPE_BY_CODE:
+        raise E.UnknownDtype(p, f"tensors[{i}].dtype ({name})", dtype_at, f"unknown dtype code {code}")
+    ndim_at = r.offset
+    ndim = r.read(Int8ul, f"tensors[{i}].ndim ({name})")
+    if ndim > MAX_NDIM:
+        raise E.TooManyDims(p, f"tensors[{i}].ndim ({name})", ndim_at, f"ndim {ndim} > {MAX_NDIM}")
     shape_at = r.offset
-    shape = tuple(r.read(TensorShape, f"tensors[{i}].shape ({name})", ndim=kind.ndim).dims)
-    place_at = r.offset
-    place = r.read(TensorPlace, f"tensors[{i}].offset ({name})")
-    itemsize = DTYPE_BY_CODE[kind.dtype].itemsize
+    shape = tuple(r.read(TensorShape, f"tensors[{i}].shape ({name})", ndim=ndim).dims)
+    itemsize = DTYPE_BY_CODE[code].itemsize
     want = _checked_nbytes(p, f"tensors[{i}].shape ({name})", shape_at, shape, itemsize)
-    if place.nbytes != want:
-        raise E.NbytesMismatch(
-            p, f"tensors[{i}].nbytes ({name})", place_at + 8,
-            f"nbytes {place.nbytes} != {want} (shape {shape} x {itemsize} B)",
-        )
-    if place.offset % ALIGNMENT:
-        raise E.MisalignedOffset(
-            p, f"tensors[{i}].offset ({name})", place_at, f"{place.offset} is not a multiple of {ALIGNMENT}"
-        )
-    end = place.offset + place.nbytes
+    if want == 0 and shape:
+        # numpy caps every dim x itemsize at 2**63 - 1; a zero-size tensor is the only
+        # kind whose dims the file size does not already bound.
+        try:
+            np.empty(shape, dtype=DTYPE_BY_CODE[code].numpy)
+        except ValueError as exc:
+            raise E.SizeOverflow(
+                p, f"tensors[{i}].shape ({name})", shape_at,
+                f"zero-size shape {shape} of {itemsize}-byte items cannot be represented by numpy ({exc})",
+            ) from exc
+
+    where = f"tensors[{i}].offset ({name})"
+    offset_at = r.offset
+    offset = r.read(Int64ul, where)
+    if offset % ALIGNMENT:
+        raise E.MisalignedOffset(p, where, offset_at, f"{offset} is not a multiple of {ALIGNMENT}")
+    if offset < data_start:
+        raise E.OffsetOutOfFile(p, where, offset_at, f"{offset} is inside the header, which ends at {data_start}")
+    if offset > file_size:
+        raise E.OffsetOutOfFile(p, where, offset_at, f"{offset} is past the end of the file ({file_size} bytes)")
+
+    where = f"tensors[{i}].nbytes ({name})"
+    nbytes_at = r.offset
+    nbytes = r.read(Int64ul, where)
+    if nbytes != want:
+        raise E.NbytesMismatch(p, where, nbytes_at, f"nbytes {nbytes} != {want} (shape {shape} x {itemsize} B)")
+    end = offset + nbytes
     if end > _U64_MAX:
-        raise E.SizeOverflow(p, f"tensors[{i}].offset ({name})", place_at, "offset + nbytes overflows 64 bits")
-    if place.offset < data_start or end > file_size:
+        raise E.SizeOverflow(p, where, nbytes_at, "offset + nbytes overflows 64 bits")
+    if end > file_size:
         raise E.OffsetOutOfFile(
-            p, f"tensors[{i}].offset ({name})", place_at,
-            f"range [{place.offset}, {end}) not inside data region [{data_start}, {file_size})",
+            p, where, nbytes_at, f"data [{offset}, {end}) ends past the end of the file ({file_size} bytes)"
         )
-    return TensorEntry(name, kind.dtype, shape, place.offset, place.nbytes, place.crc32, entry_at)
+    if nbytes:
+        other = ranges.overlapping(offset, end)
+        if other is not None:
+            raise E.OverlappingTensors(
+                p, f"tensors[{i}].offset ({name})", offset_at, f"data [{offset}, {end}) overlaps tensors[{other}]"
+            )
+        ranges.add(offset, end, i)
+
+    crc_at = r.offset
+    crc = r.read(Int32ul, f"tensors[{i}].crc32 ({name})")
+    seen[name] = i
+    return TensorEntry(name, code, shape, offset, nbytes, crc, entry_at, crc_at)
 
 
-def _parse_metadata(r: _HeaderReader, i: int) -> tuple[str, Any]:
+def _parse_metadata(r: _HeaderReader, i: int, seen: Mapping[str, Any]) -> tuple[str, Any]:
     p = r.path
-    key = r.name(f"metadata[{i}].key")
+    key, key_at = r.name(f"metadata[{i}].key")
+    if key in seen:
+        raise E.DuplicateName(p, f"metadata[{i}].key", key_at, f"metadata key {key!r} repeats")
     where = f'metadata["{key}"]'
     type_at = r.offset
     kind = r.read(MetaType, where)
@@ -243,48 +313,45 @@ def _parse_metadata(r: _HeaderReader, i: int) -> tuple[str, Any]:
 
 
 def _check_data_region(path: str, buf: memoryview, entries: list[TensorEntry], data_start: int) -> None:
-    """Overlaps, zero padding and trailing bytes (docs/kdtr-format.md section 1.5)."""
+    """Zero padding and trailing bytes (docs/kdtr-format.md section 1.5); the header parse
+    has already rejected overlapping ranges."""
     size = len(buf)
     cursor = data_start
-    prev: TensorEntry | None = None
-    for e in sorted(entries, key=lambda e: (e.offset, e.nbytes)):
-        if e.nbytes == 0:
-            continue
-        if e.offset < cursor and prev is not None:
-            raise E.OverlappingTensors(
-                path, f"tensors {prev.name!r} and {e.name!r}", e.offset,
-                f"[{prev.offset}, {prev.offset + prev.nbytes}) overlaps [{e.offset}, {e.offset + e.nbytes})",
-            )
-        gap = bytes(buf[cursor : e.offset])
-        if gap.count(0) != len(gap):
-            bad = cursor + next(k for k, b in enumerate(gap) if b)
-            raise E.NonZeroPadding(path, f"padding before tensor {e.name!r}", bad, "padding byte is not zero")
+    for e in sorted((e for e in entries if e.nbytes), key=lambda e: e.offset):
+        _check_zero(path, buf, cursor, e.offset)
         cursor = e.offset + e.nbytes
-        prev = e
     data_end = max([data_start, cursor] + [e.offset for e in entries])
-    tail = bytes(buf[cursor:data_end])
-    if tail.count(0) != len(tail):
-        bad = cursor + next(k for k, b in enumerate(tail) if b)
-        raise E.NonZeroPadding(path, "padding after the last tensor", bad, "padding byte is not zero")
+    _check_zero(path, buf, cursor, data_end)
     if size > data_end:
         raise E.TrailingBytes(path, "end of data", data_end, f"{size - data_end} bytes after the last tensor")
 
 
+def _check_zero(path: str, buf: memoryview, start: int, stop: int) -> None:
+    gap = bytes(buf[start:stop])
+    if gap.count(0) != len(gap):
+        bad = start + next(k for k, b in enumerate(gap) if b)
+        raise E.NonZeroPadding(path, "padding", bad, f"padding byte is {gap[bad - start]}, must be 0")
+
+
 def _verify_tensor(path: str, buf: memoryview, e: TensorEntry) -> None:
-    data = buf[e.offset : e.offset + e.nbytes]
-    crc = zlib.crc32(data)
+    # No view of the mapping may outlive this function when it raises: a view kept alive
+    # by the traceback would make load()'s mm.close() fail with BufferError.
+    with buf[e.offset : e.offset + e.nbytes] as data:
+        crc = zlib.crc32(data)
     if crc != e.crc32:
         raise E.TensorChecksumMismatch(
-            path, f"tensor {e.name!r} data", e.offset, f"CRC-32 {crc:#010x} != stored {e.crc32:#010x}"
+            path, f"tensor {e.name!r} crc32", e.crc_offset,
+            f"stored {e.crc32:#010x} != CRC-32 {crc:#010x} of data [{e.offset}, {e.offset + e.nbytes})",
         )
     if DTYPE_BY_CODE[e.dtype_code].name == "bool" and e.nbytes:
-        raw = np.frombuffer(data, dtype=np.uint8)
-        bad = np.flatnonzero(raw > 1)
-        if bad.size:
-            k = int(bad[0])
-            raise E.BadBoolValue(
-                path, f"tensor {e.name!r} data", e.offset + k, f"bool byte {int(raw[k])} at element {k}"
-            )
+        with buf[e.offset : e.offset + e.nbytes] as data:
+            raw = np.frombuffer(data, dtype=np.uint8)
+            bad = np.flatnonzero(raw > 1)
+            k = int(bad[0]) if bad.size else -1
+            value = int(raw[k]) if bad.size else 0
+            del raw
+        if k >= 0:
+            raise E.BadBoolValue(path, f"tensor {e.name!r} data", e.offset + k, f"bool byte {value} at element {k}")
 
 
 def load(path: str | os.PathLike, verify: bool = True) -> KdtrFile:
@@ -307,16 +374,34 @@ def load(path: str | os.PathLike, verify: bool = True) -> KdtrFile:
     with open(p, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size < PREAMBLE_LEN:
-            head = fh.read(8)
-            if len(head) >= 1 and head != MAGIC[: len(head)]:
-                raise E.BadMagic(p, "magic", 0, f"{head!r} is not {MAGIC!r}")
-            raise E.Truncated(p, "preamble", 0, f"file has {size} bytes, the preamble needs {PREAMBLE_LEN}")
+            _check_short_preamble(p, fh.read(PREAMBLE_LEN), size)
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         return _load_mapped(p, mm, size, verify)
     except BaseException:
-        mm.close()
+        try:
+            mm.close()
+        except BufferError:
+            pass  # a view is still referenced (e.g. by the traceback); freed with it
         raise
+
+
+def _check_short_preamble(p: str, head: bytes, size: int) -> None:
+    """A file shorter than the preamble: its fields in file order; the one the file ends
+    inside is Truncated (a complete magic or major version is still checked first)."""
+    short = f"file has {size} bytes; the preamble needs {PREAMBLE_LEN}"
+    if size < 8:
+        raise E.Truncated(p, "magic", 0, short)
+    if head[:8] != MAGIC:
+        raise E.BadMagic(p, "magic", 0, f"{head[:8]!r} is not {MAGIC!r}")
+    if size < 10:
+        raise E.Truncated(p, "version_major", 8, short)
+    major = int.from_bytes(head[8:10], "little")
+    if major != VERSION_MAJOR:
+        raise E.UnsupportedVersion(p, "version_major", 8, f"major version {major}; this reader reads {VERSION_MAJOR}")
+    if size < 12:
+        raise E.Truncated(p, "version_minor", 10, short)
+    raise E.Truncated(p, "header_len", 12, short)
 
 
 def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
@@ -354,20 +439,14 @@ def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
             raise E.TooManyMetadata(p, "metadata_count", counts_at + 4, f"{counts.metadata_count} > {MAX_METADATA}")
 
         entries: list[TensorEntry] = []
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
+        ranges = _Ranges()
         for i in range(counts.tensor_count):
-            e = _parse_tensor(r, i, size, data_start)
-            if e.name in seen:
-                raise E.DuplicateName(p, f"tensors[{i}].name", e.entry_offset, f"tensor name {e.name!r} repeats")
-            seen.add(e.name)
-            entries.append(e)
+            entries.append(_parse_tensor(r, i, size, data_start, seen, ranges))
 
         metadata: dict[str, Any] = {}
         for i in range(counts.metadata_count):
-            at = r.offset
-            key, value = _parse_metadata(r, i)
-            if key in metadata:
-                raise E.DuplicateName(p, f"metadata[{i}].key", at, f"metadata key {key!r} repeats")
+            key, value = _parse_metadata(r, i, metadata)
             metadata[key] = value
 
         if r.remaining() and pre.version_minor == 0:
@@ -397,10 +476,17 @@ def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
 # --- writer ---------------------------------------------------------------------------
 
 
+def _utf8(what: str, text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates have no UTF-8 form
+        raise E.WriteError("<write>", what, -1, f"{text!r} cannot be encoded as UTF-8 ({exc.reason})") from exc
+
+
 def _encode_name(what: str, name: Any) -> bytes:
     if not isinstance(name, str):
         raise E.WriteError("<write>", what, -1, f"name {name!r} is not a str")
-    raw = name.encode("utf-8")
+    raw = _utf8(what, name)
     if not 1 <= len(raw) <= MAX_NAME_LEN:
         raise E.WriteError("<write>", what, -1, f"name {name!r} is {len(raw)} bytes, not in [1, {MAX_NAME_LEN}]")
     return Name.build({"length": len(raw), "raw": raw})
@@ -419,7 +505,7 @@ def _encode_metadata(key: str, value: Any) -> bytes:
     if isinstance(value, (float, np.floating)):
         return out + MetaType.build(META_FLOAT) + Float64l.build(float(value))
     if isinstance(value, str):
-        raw = value.encode("utf-8")
+        raw = _utf8(where, value)
         if len(raw) > MAX_STRING_LEN:
             raise E.WriteError("<write>", where, -1, f"string of {len(raw)} bytes > {MAX_STRING_LEN}")
         return out + MetaType.build(META_STRING) + MetaString.build({"length": len(raw), "raw": raw})
@@ -554,5 +640,6 @@ def to_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | No
     out[: len(head)] = head
     for off, arr in placed:
         if arr.nbytes:
-            out[off : off + arr.nbytes] = _raw(arr)
+            # bytearray slice assignment refuses numpy arrays (they pass PyNumber_Check)
+            memoryview(out)[off : off + arr.nbytes] = _raw(arr)
     return bytes(out)

@@ -27,8 +27,7 @@ from kdtr.contract import Contract
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 STATUS_STYLE = {
     "PASS": "green",
@@ -42,7 +41,7 @@ STATUS_STYLE = {
 
 
 def fail_usage(msg: str) -> None:
-    err_console.print(f"kdtr: error: {msg}", markup=False)
+    click.echo(f"kdtr: error: {msg}", err=True)
     sys.exit(2)
 
 
@@ -120,10 +119,10 @@ def run(only, backends, jobs, shard, timeout, device, golden_dir, bin_dir, repor
         results = runner.run_all(cases, cfg, jobs, on_done=done)
 
     table = Table(title="kdtr conformance", show_lines=False)
-    table.add_column("op")
-    table.add_column("config")
-    table.add_column("backend")
-    table.add_column("status")
+    table.add_column("op", no_wrap=True)
+    table.add_column("config", no_wrap=True)
+    table.add_column("backend", no_wrap=True)
+    table.add_column("status", no_wrap=True)
     table.add_column("time", justify="right")
     table.add_column("detail", overflow="fold", max_width=70)
     for r in results:
@@ -173,7 +172,7 @@ def _open(path: str, verify: bool = True) -> kformat.KdtrFile:
     try:
         return kformat.load(path, verify=verify)
     except KdtrError as exc:
-        err_console.print(f"kdtr: error: {type(exc).__name__}: {exc}", markup=False)
+        click.echo(f"kdtr: error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
     except OSError as exc:
         fail_usage(f"{path}: {exc.strerror or exc}")
@@ -246,7 +245,10 @@ def list_(golden_dir) -> None:
     from generators import GENERATORS
 
     bin_dir = goldens.repo_root() / "build" / "bin"
-    table = Table("op", "config", "tier", "golden", "size", "binary", "description", title="kdtr configurations")
+    table = Table(title="kdtr configurations")
+    for col in ("op", "config", "tier", "golden", "size", "binary"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("description", overflow="fold")
     for op, gen in GENERATORS.items():
         has_bin = "built" if (bin_dir / f"kdtr_{op}").exists() else "[yellow]not built[/]"
         for name, cfg in gen.CONFIGS.items():

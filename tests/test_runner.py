@@ -1,0 +1,253 @@
+"""The runner's statuses, mismatch records, reports and exit codes, driven with fake
+binaries (so CRASH / TIMEOUT / NOT_SUPPORTED can be provoked) and real goldens."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import kdtr
+from kdtr import runner
+from runners.cli import main
+
+# A stand-in for build/bin/kdtr_tree_accept: computes the reference, or misbehaves on
+# request (FAKE_MODE=<config>:<mode>). Written in Python so no compiler is needed.
+FAKE = r'''#!{python}
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+import numpy as np, kdtr
+from kdtr.ops.tree_accept import tree_accept
+a = sys.argv
+inp, out, backend = a[a.index("--input") + 1], a[a.index("--output") + 1], a[a.index("--backend") + 1]
+config = os.path.basename(inp)[:-5]
+modes = dict(x.split(":") for x in os.environ.get("FAKE_MODE", "").split(",") if x)
+mode = modes.get(config, "")
+if backend == "cuda" and mode != "gpu":
+    print("no CUDA device", file=sys.stderr); sys.exit(3)
+if mode == "segv":
+    os.kill(os.getpid(), signal.SIGSEGV)
+if mode == "hang":
+    time.sleep(60)
+if mode == "exit1":
+    print("cudaErrorIllegalAddress at test.cu:10", file=sys.stderr); sys.exit(1)
+g = kdtr.load(inp)
+res = tree_accept(**{{k[6:]: v for k, v in g.tensors.items() if k.startswith("input.")}}).as_dict()
+if mode == "wrong":
+    res["proposed"] = res["proposed"].copy(); res["proposed"][1, 2] += 5
+if mode == "garbage":
+    open(out, "wb").write(b"not a kdtr file"); sys.exit(0)
+kdtr.save(out, res, {{"op": "tree_accept"}})
+'''
+
+
+@pytest.fixture
+def env(tmp_path, repo_root):
+    """A private copy of the tree_accept goldens and a fake binary directory."""
+    gdir = tmp_path / "golden"
+    shutil.copytree(repo_root / "golden" / "tree_accept", gdir / "tree_accept")
+    bdir = tmp_path / "bin"
+    bdir.mkdir()
+    fake = bdir / "kdtr_tree_accept"
+    fake.write_text(FAKE.format(python=sys.executable, root=str(repo_root)))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return tmp_path, gdir, bdir
+
+
+def invoke(tmp_path, gdir, bdir, *args, mode="", timeout="60"):
+    env = dict(os.environ, FAKE_MODE=mode)
+    return CliRunner().invoke(
+        main,
+        ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
+         "--timeout", timeout, *args],
+        env=env,
+        catch_exceptions=False,
+    )
+
+
+def report_cases(tmp_path):
+    data = json.loads((tmp_path / "reports" / "conformance.json").read_text())
+    return {c["id"]: c for c in data["cases"]}
+
+
+def test_all_pass_on_cpu_and_cuda_not_supported(env):
+    tmp_path, gdir, bdir = env
+    r = invoke(tmp_path, gdir, bdir)
+    assert r.exit_code == 0, r.output
+    cases = report_cases(tmp_path)
+    assert len(cases) == 22
+    assert {c["status"] for i, c in cases.items() if i.endswith("@cpu")} == {"PASS"}
+    assert {c["status"] for i, c in cases.items() if i.endswith("@cuda")} == {"NOT_SUPPORTED"}
+    assert "PASS" in r.output and "kdtr conformance" in r.output
+
+
+def test_flipped_golden_byte_is_error_and_the_run_goes_on(env):
+    tmp_path, gdir, bdir = env
+    path = gdir / "tree_accept" / "mid.kdtr"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40  # a data byte
+    path.write_bytes(bytes(data))
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu")
+    assert r.exit_code == 1
+    cases = report_cases(tmp_path)
+    assert cases["tree_accept/mid@cpu"]["status"] == "ERROR"
+    assert "mid.kdtr" in cases["tree_accept/mid@cpu"]["reason"]
+    assert "CRC" in cases["tree_accept/mid@cpu"]["reason"]
+    assert sum(c["status"] == "PASS" for c in cases.values()) == 10
+
+
+def test_flipped_header_byte_is_error(env):
+    tmp_path, gdir, bdir = env
+    path = gdir / "tree_accept" / "chain.kdtr"
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0x01
+    path.write_bytes(bytes(data))
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
+    assert r.exit_code == 1
+    case = report_cases(tmp_path)["tree_accept/chain@cpu"]
+    assert case["status"] == "ERROR" and "header_crc32" in case["reason"]
+
+
+def test_edited_expected_value_is_mismatch_naming_tensor_request_slot(env):
+    tmp_path, gdir, bdir = env
+    path = gdir / "tree_accept" / "default.kdtr"
+    g = kdtr.load(path)
+    tensors = {k: np.array(v) for k, v in g.tensors.items()}
+    metadata = dict(g.metadata)
+    del g
+    tensors["expected.accepted_path"][2, 1] = 4242
+    kdtr.save(path, tensors, metadata)
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu")
+    assert r.exit_code == 1
+    case = report_cases(tmp_path)["tree_accept/default@cpu"]
+    assert case["status"] == "MISMATCH"
+    out = {o["name"]: o for o in case["outputs"]}["accepted_path"]
+    assert not out["ok"] and out["n_mismatch"] == 1
+    assert out["first"][0]["index"] == [2, 1] and out["first"][0]["expected"] == "4242"
+    assert "accepted_path" in r.output and "request 2, slot 1: expected 4242" in r.output
+    assert "kdtr run --only tree_accept/default --backend cpu" in r.output
+    assert Path(case["output_file"]).exists()  # obtained tensors kept next to the report
+    md = (tmp_path / "reports" / "conformance.md").read_text()
+    assert "request 2, slot 1: expected 4242" in md
+
+
+def test_wrong_kernel_output_is_mismatch(env):
+    tmp_path, gdir, bdir = env
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", mode="wide:wrong")
+    assert r.exit_code == 1
+    case = report_cases(tmp_path)["tree_accept/wide@cpu"]
+    assert case["status"] == "MISMATCH" and "proposed" in case["reason"]
+
+
+@pytest.mark.parametrize(
+    "mode,status,words",
+    [("segv", "CRASH", "SIGSEGV"), ("exit1", "CRASH", "cudaErrorIllegalAddress"),
+     ("hang", "TIMEOUT", "killed after"), ("garbage", "ERROR", "output file unreadable")],
+)
+def test_crash_timeout_and_bad_output_are_statuses(env, mode, status, words):
+    tmp_path, gdir, bdir = env
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", mode=f"chain:{mode}", timeout="3")
+    assert r.exit_code == 1
+    cases = report_cases(tmp_path)
+    assert cases["tree_accept/chain@cpu"]["status"] == status
+    assert words in cases["tree_accept/chain@cpu"]["reason"]
+    assert sum(c["status"] == "PASS" for c in cases.values()) == 10  # the rest went on
+    assert "Traceback" not in r.output
+
+
+def test_waived_case(env):
+    tmp_path, gdir, bdir = env
+    (gdir / "known_failures.json").write_text(json.dumps({"tree_accept/chain@cpu": "fake kernel bug #1"}))
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", mode="chain:segv")
+    assert r.exit_code == 0, r.output
+    case = report_cases(tmp_path)["tree_accept/chain@cpu"]
+    assert case["status"] == "WAIVED" and "fake kernel bug #1" in case["reason"]
+
+
+def test_junit_keeps_statuses(env):
+    tmp_path, gdir, bdir = env
+    invoke(tmp_path, gdir, bdir, mode="chain:segv")
+    root = ET.parse(tmp_path / "reports" / "junit.xml").getroot()
+    statuses = {
+        tc.get("name"): tc.find("properties/property[@name='status']").get("value") for tc in root.iter("testcase")
+    }
+    assert statuses["chain[cpu]"] == "CRASH" and statuses["default[cpu]"] == "PASS"
+    assert statuses["default[cuda]"] == "NOT_SUPPORTED"
+    chain = next(tc for tc in root.iter("testcase") if tc.get("name") == "chain[cpu]")
+    assert chain.find("error") is not None
+
+
+def test_only_and_shard_select(env):
+    tmp_path, gdir, bdir = env
+    r = invoke(tmp_path, gdir, bdir, "--only", "tree_accept/*_accept", "--backend", "cpu")
+    assert r.exit_code == 0
+    assert set(report_cases(tmp_path)) == {"tree_accept/full_accept@cpu"}
+    r = invoke(tmp_path, gdir, bdir, "--only", "tree_accept", "--backend", "cpu", "--shard", "2/4")
+    assert r.exit_code == 0 and len(report_cases(tmp_path)) == 3
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--only", "no_such_op"], "no op matches"),
+        (["--only", "tree_accept/zzz*"], "matches no golden"),
+        (["--shard", "5/2"], "--shard"),
+        (["--backend", "tpu"], "tpu"),
+    ],
+)
+def test_bad_command_line_is_exit_2_with_one_line(env, args, words):
+    tmp_path, gdir, bdir = env
+    r = invoke(tmp_path, gdir, bdir, *args)
+    assert r.exit_code == 2
+    assert words in r.output
+
+
+def test_missing_binary_is_error_not_traceback(env):
+    tmp_path, gdir, bdir = env
+    (bdir / "kdtr_tree_accept").unlink()
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/default")
+    assert r.exit_code == 1
+    assert "not found (run `make`)" in report_cases(tmp_path)["tree_accept/default@cpu"]["reason"]
+
+
+def test_missing_golden_dir_is_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["run", "--golden-dir", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_inspect_diff_list(repo_root, tmp_path):
+    golden = repo_root / "golden" / "tree_accept" / "default.kdtr"
+    r = CliRunner().invoke(main, ["inspect", str(golden)])
+    assert r.exit_code == 0 and "expected.accepted_path" in r.output and "contract.status.kind" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "missing.kdtr")])
+    assert r.exit_code == 2
+    bad = tmp_path / "bad.kdtr"
+    bad.write_bytes(b"definitely not kdtr bytes")
+    r = CliRunner().invoke(main, ["inspect", str(bad)])
+    assert r.exit_code == 2 and "BadMagic" in r.output
+    g = kdtr.load(golden)
+    out = tmp_path / "out.kdtr"
+    outputs = {k[9:]: np.array(v) for k, v in g.tensors.items() if k.startswith("expected.")}
+    kdtr.save(out, outputs)
+    assert CliRunner().invoke(main, ["diff", str(golden), str(out)]).exit_code == 0
+    outputs["status"][0] = 3
+    kdtr.save(out, outputs)
+    r = CliRunner().invoke(main, ["diff", str(golden), str(out)])
+    assert r.exit_code == 1 and "request 0: expected 0, actual 3" in r.output
+    r = CliRunner().invoke(main, ["list"])
+    assert r.exit_code == 0 and "token_id_zero" in r.output
+
+
+def test_select_unit():
+    g = [("tree_accept", "a", Path("a")), ("tree_accept", "b", Path("b"))]
+    assert runner.select(g, ["tree_accept/b"]) == [g[1]]
+    with pytest.raises(runner.UsageError):
+        runner.select(g, ["x/y"])
