@@ -118,17 +118,10 @@ def run(only, backends, jobs, shard, timeout, device, golden_dir, bin_dir, repor
 
         results = runner.run_all(cases, cfg, jobs, on_done=done)
 
-    table = Table(title="kdtr conformance", show_lines=False)
-    table.add_column("op", no_wrap=True)
-    table.add_column("config", no_wrap=True)
-    table.add_column("backend", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("time", justify="right")
-    table.add_column("detail", overflow="fold", max_width=70)
-    for r in results:
-        table.add_row(r.case.op, r.case.config, r.case.backend, f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                      f"{r.seconds:.2f}s", r.reason[:200])
-    console.print(table)
+    console.print(results_table(results))
+    skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == "NOT_SUPPORTED"})
+    for backend, reason in skipped:
+        console.print(f"[dim]{backend}: NOT_SUPPORTED: {reason}[/]")
     for r in results:
         if r.status in runner.FAILING or r.status == "WAIVED":
             console.print("\n".join(report.mismatch_lines(r)), markup=False)
@@ -139,6 +132,22 @@ def run(only, backends, jobs, shard, timeout, device, golden_dir, bin_dir, repor
     console.print("  ".join(f"[{STATUS_STYLE[s]}]{s}[/] {n}" for s, n in c.items() if n))
     console.print("reports: " + ", ".join(str(p) for p in paths), markup=False)
     sys.exit(runner.exit_code(results))
+
+
+def results_table(results: list[runner.CaseResult]) -> Table:
+    """One row per golden, one status column per backend, then the slowest time."""
+    backends = [b for b in runner.BACKENDS if any(r.case.backend == b for r in results)]
+    table = Table(title="kdtr conformance")
+    for col in ("op", "config", *backends):
+        table.add_column(col, no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    rows: dict[tuple[str, str], dict[str, runner.CaseResult]] = {}
+    for r in results:
+        rows.setdefault((r.case.op, r.case.config), {})[r.case.backend] = r
+    for (op, config), row in rows.items():
+        cells = [f"[{STATUS_STYLE[row[b].status]}]{row[b].status}[/]" if b in row else "" for b in backends]
+        table.add_row(op, config, *cells, f"{max(r.seconds for r in row.values()):.2f}s")
+    return table
 
 
 @main.command()
