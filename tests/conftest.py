@@ -1,0 +1,37 @@
+"""Shared fixtures: the repository root and the C++ reader ``build/bin/kdtr_check``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TESTS_DIR = Path(__file__).resolve().parent
+
+# `import kdtr` and `import malformed` work however pytest was started.
+for _p in (str(REPO_ROOT), str(TESTS_DIR)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+KDTR_CHECK = REPO_ROOT / "build" / "bin" / "kdtr_check"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository root (the directory that holds kdtr/, golden/, build/)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def kdtr_check() -> Path:
+    """Path of the C++ reader; fails (never skips) when it has not been built."""
+    if not (KDTR_CHECK.is_file() and os.access(KDTR_CHECK, os.X_OK)):
+        pytest.fail(
+            f"{KDTR_CHECK} does not exist or is not executable: run `make` in {REPO_ROOT} "
+            "to build the C++ reader before running tests/test_format_cpp.py",
+            pytrace=False,
+        )
+    return KDTR_CHECK
