@@ -1,0 +1,389 @@
+// kdtr_cli.hpp -- shared command line, exit codes, CUDA checks and timing for the
+// build/bin/kdtr_<op> test binaries.  The protocol is docs/binaries.md:
+//
+//   kdtr_<op> --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
+//
+//   exit 0  success                      exit 2  usage or input error
+//   exit 1  runtime failure (CUDA, ...)  exit 3  backend not supported here
+//
+// Every nonzero exit prints exactly one line on stderr: "<prog>: <message>".
+//
+// Typical main (see cuda_tests/tests/test_tree_accept.cu):
+//
+//   int main(int argc, char** argv) {
+//     return kdtr::cli::run_main(argc, argv, "kdtr_tree_accept", [](const kdtr::cli::Args& args) {
+//       kdtr::cli::require_backend(args);             // exit 3 if the backend is absent
+//       kdtr::File golden = kdtr::File::open(args.input);
+//       ...                                           // kdtr::Error -> exit 2
+//       KDTR_CUDA_CHECK(cudaMemcpy(...));             // CUDA error -> exit 1
+//       return 0;
+//     });
+//   }
+//
+// Build without CUDA: compile with -DKDTR_NO_CUDA; the CUDA helpers then disappear and
+// --backend cuda exits 3.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <new>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kdtr.hpp"
+
+#ifndef KDTR_NO_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace kdtr {
+namespace cli {
+
+// Exit codes of every kdtr_<op> binary (docs/binaries.md).
+enum ExitCode : int {
+  EXIT_OK = 0,
+  EXIT_RUNTIME = 1,        // the op could not run: CUDA error, out of memory, internal error
+  EXIT_USAGE = 2,          // bad arguments; unreadable, invalid or incompatible golden; unwritable output
+  EXIT_NOT_SUPPORTED = 3,  // backend absent: no CUDA in this build, no usable device, --device out of range
+};
+
+// Thrown by die(); run_main prints it as one line and exits with its code.
+class Failure : public std::exception {
+ public:
+  Failure(int code, std::string message) : code_(code), message_(std::move(message)) {}
+  int code() const noexcept { return code_; }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  int code_;
+  std::string message_;
+};
+
+// Abort the current run with `code` and a one-line message.  Must be called under
+// run_main (it throws Failure, so destructors -- e.g. device buffers -- still run).
+[[noreturn]] inline void die(int code, const std::string& message) { throw Failure(code, message); }
+
+// Parsed command line.  Options take a value as "--opt VALUE" or "--opt=VALUE".
+struct Args {
+  std::string prog;            // binary name for messages, e.g. "kdtr_tree_accept"
+  std::string input;           // --input GOLDEN (required)
+  std::string output;          // --output OUT (required)
+  std::string backend = "cpu"; // --backend cpu|cuda
+  int device = 0;              // --device N (>= 0; CUDA only)
+  int repeat = 0;              // --repeat N (>= 1 when given; 0 = no timing)
+  std::map<std::string, std::string> extra;  // values of the op-specific options
+
+  bool cuda() const { return backend == "cuda"; }
+
+  static std::string usage(const std::string& prog, const std::vector<std::string>& extra_options = {}) {
+    std::string u = "usage: " + prog + " --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]";
+    for (const std::string& o : extra_options) u += " [--" + o + " VALUE]";
+    return u;
+  }
+
+  // Parse argv.  Bad arguments -> die(EXIT_USAGE).  "--help"/"-h" prints usage to stdout
+  // and exits 0.  `extra_options` names additional value options (without "--") that
+  // an op accepts; their values land in `extra`.
+  static Args parse(int argc, char** argv, const std::string& prog,
+                    const std::vector<std::string>& extra_options = {}) {
+    Args a;
+    a.prog = prog;
+    const std::set<std::string> extras(extra_options.begin(), extra_options.end());
+    auto bad = [&](const std::string& why) { die(EXIT_USAGE, why + "; " + usage(prog, extra_options)); };
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        std::printf("%s\n", usage(prog, extra_options).c_str());
+        std::fflush(stdout);
+        std::exit(EXIT_OK);
+      }
+      if (arg.rfind("--", 0) != 0) bad("unexpected argument '" + arg + "'");
+      std::string name = arg.substr(2), value;
+      const size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else {
+        if (i + 1 >= argc) bad("option --" + name + " needs a value");
+        value = argv[++i];
+      }
+      if (name == "input") a.input = value;
+      else if (name == "output") a.output = value;
+      else if (name == "backend") a.backend = value;
+      else if (name == "device") a.device = parse_int(value, "--device", 0, prog, extra_options);
+      else if (name == "repeat") a.repeat = parse_int(value, "--repeat", 1, prog, extra_options);
+      else if (extras.count(name)) a.extra[name] = value;
+      else bad("unknown option --" + name);
+    }
+    if (a.input.empty()) bad("--input is required");
+    if (a.output.empty()) bad("--output is required");
+    if (a.backend != "cpu" && a.backend != "cuda") bad("--backend must be cpu or cuda, not '" + a.backend + "'");
+    return a;
+  }
+
+ private:
+  static int parse_int(const std::string& s, const char* opt, int min, const std::string& prog,
+                       const std::vector<std::string>& extra_options) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || end == nullptr || *end != '\0' || errno != 0 || v < min || v > 1000000000L)
+      die(EXIT_USAGE, std::string(opt) + " needs an integer >= " + std::to_string(min) + ", not '" + s + "'; " +
+                          usage(prog, extra_options));
+    return static_cast<int>(v);
+  }
+};
+
+// One line, whatever the message holds: control characters (NUL and line breaks included,
+// which names in a KDTR file may contain) become \xNN.
+inline std::string one_line(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// Run `body(args)` with the binary's error protocol: Failure -> its code; kdtr::Error ->
+// EXIT_USAGE as "<ErrorCodeName>: <what()>"; std::bad_alloc and any other exception ->
+// EXIT_RUNTIME.  Each prints exactly one line "<prog>: <message>" on stderr.  Returns
+// the exit code for main to return.
+template <class Body>
+int run_main(int argc, char** argv, const std::string& prog, Body&& body,
+             const std::vector<std::string>& extra_options = {}) {
+  auto report = [&](int code, const std::string& msg) {
+    std::fflush(stdout);
+    const std::string line = prog + ": " + one_line(msg) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+    return code;
+  };
+  try {
+    const Args args = Args::parse(argc, argv, prog, extra_options);
+    const int rc = body(args);
+    std::fflush(stdout);
+    return rc;
+  } catch (const Failure& f) {
+    return report(f.code(), f.what());
+  } catch (const kdtr::Error& e) {
+    return report(EXIT_USAGE, std::string(e.code_name()) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    return report(EXIT_RUNTIME, "out of host memory");
+  } catch (const std::exception& e) {
+    return report(EXIT_RUNTIME, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return report(EXIT_RUNTIME, "internal error: unknown exception");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------
+
+// The golden's `config` metadata, if present (copied into the output file as-is).
+inline const MetaValue* golden_config(const File& golden) { return golden.find_metadata("config"); }
+
+// Require dims to fit the int range kernels index with; die(EXIT_USAGE) otherwise.
+inline void require_dim_at_most(const File& f, const std::string& tensor, uint64_t value, uint64_t max,
+                                const char* what) {
+  if (value > max)
+    die(EXIT_USAGE, f.path() + ": " + tensor + ": " + what + " " + std::to_string(value) + " exceeds " +
+                        std::to_string(max));
+}
+
+// ---------------------------------------------------------------------------------------
+// Timing (--repeat N)
+// ---------------------------------------------------------------------------------------
+
+// Print "timing backend=<b> repeat=<N> median_us=<x> min_us=<y>" on stdout.  The median
+// of an even count is the mean of the two middle samples.
+inline void print_timing(const std::string& backend, std::vector<double> samples_us) {
+  if (samples_us.empty()) return;
+  std::sort(samples_us.begin(), samples_us.end());
+  const size_t n = samples_us.size();
+  const double median = n % 2 ? samples_us[n / 2] : 0.5 * (samples_us[n / 2 - 1] + samples_us[n / 2]);
+  std::printf("timing backend=%s repeat=%zu median_us=%.3f min_us=%.3f\n", backend.c_str(), n, median,
+              samples_us.front());
+  std::fflush(stdout);
+}
+
+// Run `op` `repeat` times, timing each with steady_clock (microseconds).
+template <class Op>
+std::vector<double> time_cpu(int repeat, Op&& op) {
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(std::max(repeat, 0)));
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return us;
+}
+
+// ---------------------------------------------------------------------------------------
+// Backends and CUDA helpers
+// ---------------------------------------------------------------------------------------
+
+#ifdef KDTR_NO_CUDA
+
+inline constexpr bool kHaveCuda = false;
+
+// --backend cuda in a build without CUDA -> exit 3.
+inline void require_backend(const Args& args) {
+  if (args.cuda()) die(EXIT_NOT_SUPPORTED, "backend cuda not supported: this binary was built without CUDA (NO_CUDA / no nvcc)");
+}
+
+inline std::string device_name(const Args&) { return "cpu"; }
+
+#else  // CUDA available
+
+inline constexpr bool kHaveCuda = true;
+
+// "CUDA error at FILE:LINE: EXPR: cudaErrorName: description"
+inline std::string cuda_error_text(cudaError_t err, const char* expr, const char* file, int line) {
+  return std::string("CUDA error at ") + file + ":" + std::to_string(line) + ": " + expr + ": " +
+         cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+}
+
+// Check a CUDA runtime call; on error die(EXIT_RUNTIME) with file:line and the error string.
+#define KDTR_CUDA_CHECK(expr)                                                                        \
+  do {                                                                                               \
+    const cudaError_t kdtr_cuda_err_ = (expr);                                                       \
+    if (kdtr_cuda_err_ != cudaSuccess)                                                               \
+      ::kdtr::cli::die(::kdtr::cli::EXIT_RUNTIME,                                                    \
+                       ::kdtr::cli::cuda_error_text(kdtr_cuda_err_, #expr, __FILE__, __LINE__));    \
+  } while (0)
+
+// After a kernel launch: the launch error, then the execution error (synchronizes the device).
+#define KDTR_CUDA_CHECK_LAUNCH()                     \
+  do {                                               \
+    KDTR_CUDA_CHECK(cudaGetLastError());             \
+    KDTR_CUDA_CHECK(cudaDeviceSynchronize());        \
+  } while (0)
+
+// Select --device for --backend cuda: no usable driver/device or an out-of-range index
+// -> die(EXIT_NOT_SUPPORTED); cudaSetDevice failing on a listed device -> EXIT_RUNTIME.
+// A CPU run never touches CUDA.
+inline void require_backend(const Args& args) {
+  if (!args.cuda()) return;
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // reset the runtime's last-error slot
+    die(EXIT_NOT_SUPPORTED, std::string("backend cuda not supported: cudaGetDeviceCount: ") + cudaGetErrorName(err) +
+                                ": " + cudaGetErrorString(err));
+  }
+  if (count <= 0) die(EXIT_NOT_SUPPORTED, "backend cuda not supported: no CUDA device found");
+  if (args.device >= count)
+    die(EXIT_NOT_SUPPORTED, "backend cuda not supported: --device " + std::to_string(args.device) + " out of range (" +
+                                std::to_string(count) + " device(s))");
+  KDTR_CUDA_CHECK(cudaSetDevice(args.device));
+}
+
+// The GPU's name for the output metadata ("cpu" for the CPU backend).
+inline std::string device_name(const Args& args) {
+  if (!args.cuda()) return "cpu";
+  cudaDeviceProp prop;
+  KDTR_CUDA_CHECK(cudaGetDeviceProperties(&prop, args.device));
+  return prop.name;
+}
+
+// Device memory for n elements of T; frees itself (errors on free are ignored).
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) KDTR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+  }
+  // Allocate and copy n elements from host memory.
+  DeviceBuffer(const T* host, size_t n) : DeviceBuffer(n) { upload(host); }
+  ~DeviceBuffer() {
+    if (p_ != nullptr) (void)cudaFree(p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+  void upload(const T* host) {
+    if (n_ > 0) KDTR_CUDA_CHECK(cudaMemcpy(p_, host, n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void download(T* host) const {
+    if (n_ > 0) KDTR_CUDA_CHECK(cudaMemcpy(host, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+  // Fill every byte with `byte` (e.g. 0xff poisons int outputs with -1).
+  void fill_bytes(int byte) {
+    if (n_ > 0) KDTR_CUDA_CHECK(cudaMemset(p_, byte, n_ * sizeof(T)));
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+class CudaStream {
+ public:
+  CudaStream() { KDTR_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~CudaStream() { (void)cudaStreamDestroy(s_); }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return s_; }
+  void sync() const { KDTR_CUDA_CHECK(cudaStreamSynchronize(s_)); }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class CudaEvent {
+ public:
+  CudaEvent() { KDTR_CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~CudaEvent() { (void)cudaEventDestroy(e_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// Run `launch()` (which enqueues work on `stream` and returns its cudaError_t) `repeat`
+// times, timing each with device events (microseconds).  Every launch and every
+// execution is checked.
+template <class Launch>
+std::vector<double> time_cuda(int repeat, cudaStream_t stream, Launch&& launch) {
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(std::max(repeat, 0)));
+  CudaEvent start, stop;
+  for (int i = 0; i < repeat; ++i) {
+    KDTR_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    KDTR_CUDA_CHECK(launch());
+    KDTR_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    KDTR_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    KDTR_CUDA_CHECK(cudaGetLastError());
+    float ms = 0.0f;
+    KDTR_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    us.push_back(static_cast<double>(ms) * 1000.0);
+  }
+  return us;
+}
+
+#endif  // KDTR_NO_CUDA
+
+}  // namespace cli
+}  // namespace kdtr

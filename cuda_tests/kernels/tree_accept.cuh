@@ -1,0 +1,118 @@
+// tree_accept.cuh -- greedy walk of the verified draft tree, one request at a time.
+//
+// Contract: docs/ops/tree_accept.md (source: shared/DESIGN.md section 3.2); reference:
+// kdtr/ops/tree_accept.py.  The per-request core below is KDTR_HD, so the CPU backend
+// (tree_accept_cpu) and the CUDA kernel (tree_accept.cu) run the very same code.
+//
+// Shapes: B requests, T = N + 1 tree slots (slot 0 is the root).  Per request b the row
+// pointers point at element [b, 0] of the [B,T] tensors:
+//   node_token_ids i64 [T], next_token i32 [T] (first child), next_sibling i32 [T],
+//   node_count i32 (draft nodes, root excluded), target_predict i64 [T]
+// and the outputs:
+//   accepted_count i32, accepted_path i32 [T], proposed i64 [T], status i32.
+//
+// Walk: from slot 0, while some child c of the current slot (first child, then next
+// siblings) has node_token_ids[c] == target_predict[current], move to c.  accepted_path
+// lists the accepted slots starting with 0, proposed the tokens of the accepted draft
+// nodes then the bonus token target_predict[last accepted slot]; both are -1 after their
+// accepted_count + 1 entries.  Every walk is bounded by node_count link visits and every
+// followed index by [1, node_count], so no input can hang it or make it read outside
+// [0, T) of a row.  A malformed request (status != 0) is rejected whole:
+// accepted_count 0, accepted_path [0, -1, ...], proposed all -1.
+#pragma once
+
+#include <cstdint>
+
+#include "kdtr_hd.cuh"
+
+namespace kdtr {
+
+// tree_accept status codes (docs/ops/tree_accept.md).
+enum TreeAcceptStatus : int32_t {
+  TREE_ACCEPT_OK = 0,
+  TREE_ACCEPT_BAD_NODE_COUNT = 1,  // node_count outside [0, T-1]
+  TREE_ACCEPT_BAD_INDEX = 2,       // a followed link outside {-1} U [1, node_count]
+  TREE_ACCEPT_CYCLE = 3,           // more than node_count link visits
+};
+
+struct TreeAcceptResult {
+  int32_t accepted_count;  // accepted draft nodes, root excluded (0 when status != 0)
+  int32_t status;          // TreeAcceptStatus
+};
+
+// The walk.  For an OK request it writes accepted_path[0 .. accepted_count] and
+// proposed[0 .. accepted_count] (nothing after them); for a malformed one it may have
+// written some of those entries, which tree_accept_fill then overwrites.
+KDTR_HD inline TreeAcceptResult tree_accept_walk(const int64_t* node_token_ids, const int32_t* next_token,
+                                                 const int32_t* next_sibling, int32_t node_count,
+                                                 const int64_t* target_predict, int64_t T,
+                                                 int32_t* accepted_path, int64_t* proposed) {
+  if (node_count < 0 || static_cast<int64_t>(node_count) > T - 1) return {0, TREE_ACCEPT_BAD_NODE_COUNT};
+  int32_t cur = 0;
+  int32_t accepted = 0;
+  int64_t visits = 0;  // child links followed over the whole walk
+  accepted_path[0] = 0;
+  for (;;) {
+    const int64_t want = target_predict[cur];
+    int32_t c = next_token[cur];
+    int32_t found = -1;
+    while (c != -1) {
+      if (c < 1 || c > node_count) return {0, TREE_ACCEPT_BAD_INDEX};
+      if (++visits > node_count) return {0, TREE_ACCEPT_CYCLE};
+      if (node_token_ids[c] == want) {
+        found = c;
+        break;
+      }
+      c = next_sibling[c];
+    }
+    if (found == -1) break;
+    ++accepted;  // <= visits <= node_count <= T - 1: always a valid slot
+    accepted_path[accepted] = found;
+    proposed[accepted - 1] = node_token_ids[found];
+    cur = found;
+  }
+  proposed[accepted] = target_predict[cur];  // the bonus token
+  return {accepted, TREE_ACCEPT_OK};
+}
+
+// The rest of the output rows, striped over `lanes` workers (lane in [0, lanes)): -1
+// after the accepted_count + 1 valid entries, or the rejected rows of a malformed request.
+// Writes no entry that the walk of an OK request wrote, so lanes need no ordering with the
+// walk except for malformed requests (the CUDA kernel syncs the warp in between).
+KDTR_HD inline void tree_accept_fill(TreeAcceptResult r, int64_t T, int64_t lane, int64_t lanes,
+                                     int32_t* accepted_path, int64_t* proposed) {
+  const bool ok = r.status == TREE_ACCEPT_OK;
+  const int64_t path_from = ok ? static_cast<int64_t>(r.accepted_count) + 1 : 1;
+  const int64_t proposed_from = ok ? static_cast<int64_t>(r.accepted_count) + 1 : 0;
+  if (!ok && lane == 0 && T > 0) accepted_path[0] = 0;
+  for (int64_t j = path_from + lane; j < T; j += lanes) accepted_path[j] = -1;
+  for (int64_t j = proposed_from + lane; j < T; j += lanes) proposed[j] = -1;
+}
+
+// One request, all of its outputs (every one of the T slots of both rows).  Returns the
+// status it also stores in *status.
+KDTR_HD inline int32_t tree_accept_request(const int64_t* node_token_ids, const int32_t* next_token,
+                                           const int32_t* next_sibling, int32_t node_count,
+                                           const int64_t* target_predict, int64_t T, int32_t* accepted_count,
+                                           int32_t* accepted_path, int64_t* proposed, int32_t* status) {
+  const TreeAcceptResult r = tree_accept_walk(node_token_ids, next_token, next_sibling, node_count,
+                                              target_predict, T, accepted_path, proposed);
+  tree_accept_fill(r, T, 0, 1, accepted_path, proposed);
+  *accepted_count = r.accepted_count;
+  *status = r.status;
+  return r.status;
+}
+
+// CPU backend: the whole batch, [B,T] row-major tensors as in the golden.
+inline void tree_accept_cpu(const int64_t* node_token_ids, const int32_t* next_token, const int32_t* next_sibling,
+                            const int32_t* node_count, const int64_t* target_predict, int64_t B, int64_t T,
+                            int32_t* accepted_count, int32_t* accepted_path, int64_t* proposed, int32_t* status) {
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t row = b * T;
+    tree_accept_request(node_token_ids + row, next_token + row, next_sibling + row, node_count[b],
+                        target_predict + row, T, accepted_count + b, accepted_path + row, proposed + row,
+                        status + b);
+  }
+}
+
+}  // namespace kdtr
