@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the H200 device machine (see docs/conformance.md): build with nvcc, run every golden on
+# both backends, then compute-sanitizer over the CUDA binary of every op on every golden.
+# Logs go to $OUT (default ./h200-out). Python deps missing there come as wheels in .whl/.
+set -uo pipefail
+OUT=${OUT:-h200-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export COLUMNS=120 PYTHONUNBUFFERED=1
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  nvcc --version | tail -2
+  compute-sanitizer --version | head -2
+  python3 -c 'import numpy, ml_dtypes, click, rich, construct; print("numpy", numpy.__version__)'
+} 2>&1 | tee "$OUT/env.txt"
+
+make clean >/dev/null
+make -j8 2>&1 | tee "$OUT/build.log" || exit 1
+
+python3 -m runners.cli run -j 8 --timeout 120 2>&1 | tee "$OUT/run.log"
+cp reports/conformance.md "$OUT/conformance.md"
+cp reports/junit.xml "$OUT/junit.xml"
+
+: > "$OUT/sanitizer.log"
+fails=0
+for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
+  for golden in golden/*/*.kdtr; do
+    op=$(basename "$(dirname "$golden")")
+    bin=build/bin/kdtr_$op
+    [ -x "$bin" ] || continue
+    extra=""
+    [ "$tool" = memcheck ] && extra="--leak-check full"
+    line=$(compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$bin" --input "$golden" \
+             --output /tmp/san.kdtr --backend cuda 2>&1 | tail -1)
+    rc=${PIPESTATUS[0]}
+    echo "$tool $op/$(basename "$golden" .kdtr) rc=$rc :: $line" | tee -a "$OUT/sanitizer.log"
+    [ "$rc" = 0 ] || fails=$((fails + 1))
+  done
+done
+echo "sanitizer failures: $fails" | tee -a "$OUT/sanitizer.log"
