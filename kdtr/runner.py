@@ -100,17 +100,31 @@ class RunConfig:
     known_failures: dict[str, str] = field(default_factory=dict)
 
 
-def discover(golden_dir: Path) -> list[tuple[str, str, Path]]:
+def discover(golden_dir: Path, second_tier: bool = False) -> list[tuple[str, str, Path]]:
     """Every committed golden as (op, config, path), sorted; from the files on disk.
 
+    With ``second_tier``, also every manifest entry of tier "cache", generated on demand
+    into ``golden_dir/.cache`` and checked against its manifest sha256.
+
     Raises:
-        UsageError: the directory does not exist or holds no goldens.
+        UsageError: the directory does not exist, holds no goldens, or a second-tier
+            golden cannot be produced with its manifest hash.
     """
     if not golden_dir.is_dir():
         raise UsageError(f"golden directory {golden_dir} does not exist")
     found = sorted((p.parent.name, p.stem, p) for p in golden_dir.glob("*/*.kdtr"))
     if not found:
         raise UsageError(f"no goldens under {golden_dir} (run `kdtr regen`)")
+    if second_tier:
+        from . import goldens
+
+        try:
+            entries = goldens.read_manifest(golden_dir)["files"].values()
+            for e in sorted(entries, key=lambda e: (e["op"], e["config"])):
+                if e.get("tier") == "cache":
+                    found.append((e["op"], e["config"], goldens.ensure_cached(golden_dir, e["op"], e["config"])))
+        except (OSError, ValueError, KeyError) as exc:
+            raise UsageError(f"second-tier goldens: {exc}") from exc
     return found
 
 

@@ -77,18 +77,20 @@ def gpu_description() -> str:
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=runner.default_jobs, show_default="cores, max 8",
               help="Cases run in parallel.")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based).")
+@click.option("--tier", type=click.Choice(["committed", "all"]), default="committed", show_default=True,
+              help="'all' adds the second-tier goldens, generated on demand into golden/.cache.")
 @click.option("--timeout", type=click.FloatRange(0.1), default=60.0, show_default=True, help="Seconds per case.")
 @click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def run(only, backends, jobs, shard, timeout, device, golden_dir, bin_dir, report_dir) -> None:
+def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir, report_dir) -> None:
     """Run every golden on every backend, diff, and write the reports."""
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
     rdir = _root_path(report_dir, root / "reports")
     try:
-        found = runner.discover(gdir)
+        found = runner.discover(gdir, second_tier=tier == "all")
         from generators import GENERATORS
 
         chosen = runner.select(found, only, known_ops=set(GENERATORS) | {g[0] for g in found})

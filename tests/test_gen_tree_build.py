@@ -1,0 +1,98 @@
+"""Each tree_build configuration exercises the code path its name promises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kdtr
+from generators import gen_tree_build_refs as gen
+from kdtr import goldens
+from kdtr.ops.tree_build import STATUS_NAMES
+
+REQUIRED = {
+    "default", "mid", "wide", "deep", "underfull", "chain", "ties", "root_only", "mixed", "token_id_zero",
+    "large_batch", "invalid",
+}
+
+
+@pytest.fixture(scope="module")
+def gens():
+    return {name: gen.generate(name)[0] for name in gen.CONFIGS if gen.CONFIGS[name].tier == "committed"}
+
+
+def test_required_configs_exist():
+    assert REQUIRED <= set(gen.CONFIGS)
+    big = gen.CONFIGS["large_batch_n1024"]
+    assert (big.batch, big.depth, big.topk, big.budget, big.tier) == (64, 16, 16, 1024, "cache")
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_committed_golden_matches_generation(name, gens, repo_root):
+    g = kdtr.load(repo_root / "golden" / "tree_build" / f"{name}.kdtr")
+    assert g.metadata["op"] == "tree_build" and g.metadata["max_budget"] == gen.CONFIGS[name].budget
+    for k, v in gens[name].items():
+        assert g.tensors[k].tobytes() == v.tobytes(), k
+
+
+def test_inputs_follow_the_contract_where_valid(gens):
+    for name in REQUIRED - {"invalid", "mixed"}:
+        lp = gens[name]["input.top_log_probs"]
+        assert np.isfinite(lp).all() and (lp[..., :-1] >= lp[..., 1:]).all(), name
+        assert (gens[name]["expected.status"] == 0).all(), name
+
+
+def test_ties_are_real(gens):
+    lp = gens["ties"]["input.top_log_probs"]
+    assert (lp == 0.0).any() and (lp[..., :-1] == lp[..., 1:]).mean() > 0.3
+
+
+def test_underfull_chain_root_only(gens):
+    assert (gens["underfull"]["expected.node_count"] == 3 + 9 + 27).all()
+    assert (gens["chain"]["expected.node_count"] == 16).all()  # depth 16 < budget 32
+    assert (gens["chain"]["expected.next_sibling"] == -1).all()
+    ro = gens["root_only"]
+    assert ro["expected.node_count"].tolist() == [0, 0, 0, 0]
+    assert (ro["input.budget"] == 0).any() and (ro["input.depth_limit"] == 0).any()
+
+
+def test_mixed_limits_and_poison(gens):
+    m = gens["mixed"]
+    assert len(set(m["input.budget"].tolist())) > 3 and len(set(m["input.depth_limit"].tolist())) > 3
+    assert (m["expected.node_depths"].max(axis=1) <= m["input.depth_limit"]).all()
+    assert (m["expected.node_count"] <= m["input.budget"]).all()
+    assert np.isnan(m["input.top_log_probs"]).any()  # rows past the limit are poisoned...
+    assert (m["expected.status"] == 0).all()  # ...and never read
+
+
+def test_token_id_zero_in_trees(gens):
+    z = gens["token_id_zero"]
+    assert z["input.root_token_ids"][0] == 0
+    assert all(0 in z["expected.node_token_ids"][b, 1:] for b in range(z["expected.node_count"].shape[0]))
+
+
+def test_invalid_statuses(gens):
+    st = gens["invalid"]["expected.status"].tolist()
+    assert {STATUS_NAMES[s] for s in st} == set(STATUS_NAMES.values())
+    assert st[0] == 0 and st[-1] == 0
+
+
+def test_second_tier_is_generated_on_demand_and_hash_checked(repo_root, tmp_path, monkeypatch):
+    import shutil
+
+    gdir = tmp_path / "golden"
+    gdir.mkdir()
+    shutil.copy(repo_root / "golden" / "MANIFEST.json", gdir / "MANIFEST.json")
+    path = goldens.ensure_cached(gdir, "tree_build", "large_batch_n1024")
+    assert path.parent == gdir / ".cache" / "tree_build"
+    assert goldens.sha256_of(path) == goldens.read_manifest(gdir)["files"]["tree_build/large_batch_n1024.kdtr"]["sha256"]
+    path.write_bytes(b"stale")  # a stale cache entry is regenerated
+    assert kdtr.load(goldens.ensure_cached(gdir, "tree_build", "large_batch_n1024")).metadata["config"] == (
+        "large_batch_n1024")
+    import dataclasses
+
+    cfg = gen.CONFIGS["large_batch_n1024"]
+    monkeypatch.setitem(gen.CONFIGS, "large_batch_n1024", dataclasses.replace(cfg, seed=cfg.seed + 1))
+    path.unlink()
+    with pytest.raises(ValueError, match="does not match its manifest"):
+        goldens.ensure_cached(gdir, "tree_build", "large_batch_n1024")
