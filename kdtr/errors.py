@@ -84,7 +84,7 @@ class UnknownDtype(KdtrError):
 
 
 class SizeOverflow(KdtrError):
-    """A size or end offset does not fit in 64 bits."""
+    """product(nonzero dims) x itemsize exceeds 2**63 - 1, or offset + nbytes overflows 64 bits."""
 
 
 class NbytesMismatch(KdtrError):

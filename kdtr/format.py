@@ -67,6 +67,7 @@ MAX_NDIM = 8
 MAX_NAME_LEN = 255
 MAX_STRING_LEN = 1024 * 1024
 _U64_MAX = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1  # the cap on product(nonzero dims) x itemsize
 
 META_INT, META_FLOAT, META_STRING, META_BOOL = 1, 2, 3, 4
 
@@ -178,16 +179,24 @@ class _HeaderReader:
 
 
 def _checked_nbytes(path: str, where: str, at: int, shape: tuple[int, ...], itemsize: int) -> int:
-    """product(shape) x itemsize in checked u64 arithmetic, in that order (as the C++ reader):
-    the running product of the dims, left to right, then times the itemsize."""
+    """nbytes of a tensor, or SizeOverflow (docs/kdtr-format.md sections 1.3 and 3).
+
+    The product of the nonzero dims times the itemsize must not exceed 2**63 - 1
+    (INT64_MAX), checked as the C++ reader does: the running product of the nonzero dims,
+    left to right, then times the itemsize.  That bound is numpy's own (it makes every
+    valid shape an ndarray) and keeps every size a signed 64-bit value in C++.  nbytes is
+    product(shape) x itemsize: that bounded value, or 0 when any dim is 0."""
     n = 1
     for d in shape:
-        n *= d
-        if n > _U64_MAX:
-            break
-    if n > _U64_MAX or n * itemsize > _U64_MAX:
-        raise E.SizeOverflow(path, where, at, f"shape {shape} x {itemsize} B overflows 64 bits")
-    return n * itemsize
+        if d:
+            n *= d
+            if n > _I64_MAX:
+                break
+    if n > _I64_MAX or n * itemsize > _I64_MAX:
+        raise E.SizeOverflow(
+            path, where, at, f"shape {shape} x {itemsize} B: product of the nonzero dims x itemsize exceeds 2**63 - 1"
+        )
+    return 0 if 0 in shape else n * itemsize
 
 
 class _Ranges:
@@ -234,16 +243,6 @@ def _parse_tensor(
     shape = tuple(r.read(TensorShape, f"tensors[{i}].shape ({name})", ndim=ndim).dims)
     itemsize = DTYPE_BY_CODE[code].itemsize
     want = _checked_nbytes(p, f"tensors[{i}].shape ({name})", shape_at, shape, itemsize)
-    if want == 0 and shape:
-        # numpy caps every dim x itemsize at 2**63 - 1; a zero-size tensor is the only
-        # kind whose dims the file size does not already bound.
-        try:
-            np.empty(shape, dtype=DTYPE_BY_CODE[code].numpy)
-        except ValueError as exc:
-            raise E.SizeOverflow(
-                p, f"tensors[{i}].shape ({name})", shape_at,
-                f"zero-size shape {shape} of {itemsize}-byte items cannot be represented by numpy ({exc})",
-            ) from exc
 
     where = f"tensors[{i}].offset ({name})"
     offset_at = r.offset

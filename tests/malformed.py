@@ -288,6 +288,28 @@ def _one(arr_name: str = "x", n: int = 4) -> Tensor:
     return tensor(arr_name, np.arange(n, dtype=np.int32))
 
 
+# Zero-size shapes near the size rule's cap (docs/kdtr-format.md section 1.3): the product
+# of the nonzero dims x itemsize must be <= 2**63 - 1.  (shape, dtype code, expected: "OK"
+# or the error name); both readers must agree on every row.
+ZERO_SIZE_SHAPES: list[tuple[tuple[int, ...], int, str]] = [
+    ((1 << 62, 0), 12, "SizeOverflow"),  # f32: 2**64
+    ((1 << 61, 0), 2, "OK"),  # u8
+    ((1 << 61, 0), 13, "SizeOverflow"),  # f64: 2**64
+    ((1 << 60, 0), 13, "SizeOverflow"),  # f64: 2**63, one past the cap
+    (((1 << 60) - 1, 0), 13, "OK"),  # f64: 2**63 - 8
+    ((0, 1 << 63), 2, "SizeOverflow"),
+    ((0, (1 << 63) - 1), 2, "OK"),  # u8: exactly the cap
+    ((0, (1 << 63) - 1), 3, "OK"),
+    ((0, (1 << 63) - 1), 4, "SizeOverflow"),  # i16: 2**64 - 2
+    ((0, (1 << 64) - 1), 13, "SizeOverflow"),
+    ((0, 1 << 30, 1 << 20), 13, "OK"),  # f64: 2**53
+    ((1 << 31, 0, 1 << 31), 11, "SizeOverflow"),  # bf16: 2**63
+    ((1 << 31, 0, (1 << 31) - 1), 11, "OK"),  # bf16: 2**63 - 2**32
+    ((0,) * MAX_NDIM, 13, "OK"),
+    ((0, 1, 0), 1, "OK"),
+]
+
+
 def _simple(*tensors: Tensor, metadata: list[Meta] | None = None, **kw: Any) -> File:
     return File(list(tensors), list(metadata or []), **kw)
 
@@ -387,14 +409,25 @@ def _cases() -> list[tuple[str, bytes, str]]:
     # SizeOverflow
     add("size_overflow/shape_product", _simple(raw_tensor("x", 2, (1 << 32, 1 << 32))).render(), "SizeOverflow")
     add("size_overflow/times_itemsize", _simple(raw_tensor("x", 12, (1 << 62,))).render(), "SizeOverflow")
-    # checked u64 arithmetic, left to right, then x itemsize: a later zero dim does not undo
-    # an overflow of the running product
+    # the cap is 2**63 - 1 (INT64_MAX), not 2**64 - 1
+    add("size_overflow/dim_2_63", _simple(raw_tensor("x", 2, (1 << 63,))).render(), "SizeOverflow")
+    add("size_overflow/times_itemsize_2_63", _simple(raw_tensor("x", 4, (1 << 62,))).render(), "SizeOverflow")
+    # the rule counts the nonzero dims only, so a zero dim anywhere does not exempt a shape
     add("size_overflow/before_zero_dim", _simple(raw_tensor("x", 2, (1 << 40, 1 << 40, 0))).render(), "SizeOverflow")
+    add("size_overflow/around_zero_dim", _simple(raw_tensor("x", 2, (1 << 40, 0, 1 << 40))).render(), "SizeOverflow")
+    for shape, code, expected in ZERO_SIZE_SHAPES:
+        if expected == "SizeOverflow":
+            dims = "x".join(str(d) for d in shape)
+            add(f"size_overflow/zero_size_{dims}_code{code}", _simple(raw_tensor("x", code, shape)).render(), expected)
+    # nbytes = 2**64 - 1 would make offset + nbytes overflow, but the shape check fires first.
+    # (With nbytes <= 2**63 - 1 and offset <= file size, offset + nbytes cannot overflow 64
+    # bits in a file under 2**63 bytes; the largest nbytes is just past the end instead.)
     t = raw_tensor("x", 2, (U64_MAX,))
     t.nbytes = U64_MAX
-    f = _simple(t)
-    f.layout()
-    add("size_overflow/offset_plus_nbytes", f.render(), "SizeOverflow")
+    add("size_overflow/dim_u64_max_before_offset_plus_nbytes", _simple(t).render(), "SizeOverflow")
+    t = raw_tensor("x", 2, ((1 << 63) - 1,))
+    t.nbytes = (1 << 63) - 1
+    add("offset_out_of_file/nbytes_at_the_size_cap", _simple(t).render(), "OffsetOutOfFile")
 
     # NbytesMismatch
     t = _one()
@@ -548,6 +581,7 @@ def expected_codes() -> set[str]:
 __all__ = [
     "CASES",
     "VERIFY_ONLY",
+    "ZERO_SIZE_SHAPES",
     "File",
     "Meta",
     "Tensor",

@@ -194,21 +194,51 @@ def test_tensor_and_metadata_may_share_a_name(tmp_path):
         assert f.metadata["op"] == "x" and f.tensors["op"].tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("shape, dtype", [((1 << 62, 0), 2), ((0, (1 << 63) - 1), 3), ((0, 1 << 30, 1 << 20), 13)])
-def test_zero_size_tensors_with_huge_dims_are_valid(tmp_path, shape, dtype):
-    """product(shape) is 0 and the running product does not overflow: nbytes 0, valid."""
-    f = M.File([M.raw_tensor("z", dtype, shape)])
-    with kdtr.load(_write(tmp_path, f.render())) as got:
-        assert got.tensors["z"].shape == shape and got.tensors["z"].size == 0
+ZERO_SIZE_IDS = ["x".join(map(str, shape)) + f"-code{code}" for shape, code, _ in M.ZERO_SIZE_SHAPES]
 
 
-@pytest.mark.parametrize("shape, dtype", [((1 << 62, 0), 12), ((0, 1 << 63), 2), ((0, (1 << 64) - 1), 13)])
-def test_zero_size_tensors_numpy_cannot_hold_raise_a_kdtr_error(tmp_path, shape, dtype):
-    """Valid by the spec, but numpy caps dim x itemsize at 2**63 - 1: the Python reader
-    says SizeOverflow rather than leaking numpy's ValueError. (The C++ reader accepts them.)"""
+@pytest.mark.parametrize("shape, dtype, expected", M.ZERO_SIZE_SHAPES, ids=ZERO_SIZE_IDS)
+def test_zero_size_tensors_follow_the_size_rule(tmp_path, shape, dtype, expected):
+    """Spec 1.3: SizeOverflow when the product of the NONZERO dims x itemsize exceeds
+    2**63 - 1, zero-size tensors included; otherwise a valid empty tensor (nbytes 0).
+    tests/test_format_cpp.py checks the C++ reader on the same rows."""
     f = M.File([M.raw_tensor("z", dtype, shape)])
-    with pytest.raises(E.SizeOverflow, match="numpy"):
-        kdtr.load(_write(tmp_path, f.render()))
+    path = _write(tmp_path, f.render())
+    if expected == "OK":
+        with kdtr.load(path) as got:
+            assert got.tensors["z"].shape == shape and got.tensors["z"].size == 0
+            assert got.tensors["z"].dtype.itemsize == M.ITEMSIZE[dtype]
+    else:
+        with pytest.raises(kdtr.KdtrError) as info:
+            kdtr.load(path)
+        assert type(info.value).__name__ == expected
+        assert info.value.field.startswith("tensors[0].shape")
+
+
+def test_the_size_rule_is_numpys(tmp_path):
+    """Each row of the table agrees with numpy: a shape is valid iff numpy can build it."""
+    for shape, code, expected in M.ZERO_SIZE_SHAPES:
+        dt = next(d for c, d in M.DTYPES.values() if c == code)
+        try:
+            np.empty(shape, dt)
+            numpy_ok = True
+        except (ValueError, OverflowError):
+            numpy_ok = False
+        assert numpy_ok == (expected == "OK"), (shape, code)
+
+
+@pytest.mark.parametrize("shape, dtype, nbytes", [
+    ((2**62, 0), 12, None), ((0, 2**63), 2, None), ((2**40, 0, 2**40), 2, None),
+    ((2**63,), 2, None), ((2**62,), 4, None), ((2**61, 0), 2, 0), ((0, 2**63 - 1), 2, 0),
+    ((2**63 - 1,), 2, 2**63 - 1), ((2**31, 2**31 - 1), 11, 2**63 - 2**32), ((), 13, 8), ((3, 0), 12, 0),
+])
+def test_checked_nbytes(shape, dtype, nbytes):
+    """kdtr.format._checked_nbytes directly: nbytes, or SizeOverflow (None)."""
+    if nbytes is None:
+        with pytest.raises(E.SizeOverflow):
+            F._checked_nbytes("p", "w", 0, shape, M.ITEMSIZE[dtype])
+    else:
+        assert F._checked_nbytes("p", "w", 0, shape, M.ITEMSIZE[dtype]) == nbytes
 
 
 def test_empty_file_of_no_tensors_and_no_metadata(tmp_path):

@@ -174,6 +174,31 @@ def test_structured_headers(tensors, metadata, minor, extension, pad):
     _load_or_kdtr_error(f.render(), verify=False)
 
 
+@SETTINGS
+@given(tensor=structured_tensors())
+def test_size_rule_matches_numpy(tensor):
+    """The Python reader raises SizeOverflow at a shape exactly when numpy cannot build an
+    array of that shape and dtype (spec 1.3: product of the nonzero dims x itemsize <= 2**63
+    - 1). numpy is asked about shape + (0,), which has the same nonzero dims but allocates
+    nothing."""
+    if tensor.dtype not in M.ITEMSIZE or len(tensor.shape) > M.MAX_NDIM:
+        return  # UnknownDtype / TooManyDims come first
+    dt = next(d for c, d in M.DTYPES.values() if c == tensor.dtype)
+    try:
+        np.empty(tuple(tensor.shape) + (0,), dt)
+        numpy_ok = True
+    except (ValueError, OverflowError):
+        numpy_ok = False
+    path = _WORK / "size.kdtr"
+    path.write_bytes(M.File([tensor], size=1 << 12).render())  # the shape is checked before offset/nbytes
+    try:
+        kdtr.load(path, verify=False).close()
+        at_shape = False
+    except kdtr.KdtrError as exc:
+        at_shape = isinstance(exc, kdtr.errors.SizeOverflow) and exc.field.startswith("tensors[0].shape")
+    assert at_shape == (not numpy_ok), (tensor.shape, tensor.dtype)
+
+
 mutation = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(0, 7)),
     st.tuples(st.just("set"), st.integers(0, 10**6), st.integers(0, 255)),

@@ -358,16 +358,27 @@ inline std::string shape_str(const std::vector<uint64_t>& shape) {
   return s + "]";
 }
 
-// Checked product(shape) x itemsize.  Returns false on 64-bit overflow.
+// The size rule (docs/kdtr-format.md sections 1.3 and 3): the product of the nonzero dims
+// times the itemsize must not exceed INT64_MAX (2**63 - 1), checked left to right over the
+// nonzero dims, then times the itemsize.  Returns false when it does (SizeOverflow).
+// Otherwise *numel = product(shape) and *nbytes = product(shape) x itemsize, both 0 when a
+// dim is 0, and both fit in int64_t.
 inline bool checked_nbytes(const std::vector<uint64_t>& shape, uint64_t itemsize, uint64_t* numel,
                            uint64_t* nbytes) {
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   uint64_t n = 1;
-  for (uint64_t d : shape)
-    if (__builtin_mul_overflow(n, d, &n)) return false;
+  bool empty = false;
+  for (uint64_t d : shape) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(n, d, &n) || n > kMax) return false;
+  }
   uint64_t b;
-  if (__builtin_mul_overflow(n, itemsize, &b)) return false;
-  *numel = n;
-  *nbytes = b;
+  if (__builtin_mul_overflow(n, itemsize, &b) || b > kMax) return false;
+  *numel = empty ? 0 : n;
+  *nbytes = empty ? 0 : b;
   return true;
 }
 
@@ -716,8 +727,8 @@ class File {
       uint64_t numel = 0, expect_nbytes = 0;
       if (!detail::checked_nbytes(t.shape, dtype_itemsize(t.dtype), &numel, &expect_nbytes))
         fail(ErrorCode::SizeOverflow, ti + ".shape", at_shape,
-             "product of shape " + detail::shape_str(t.shape) + " x itemsize " +
-                 std::to_string(dtype_itemsize(t.dtype)) + " overflows 64 bits" + who);
+             "product of the nonzero dims of shape " + detail::shape_str(t.shape) + " x itemsize " +
+                 std::to_string(dtype_itemsize(t.dtype)) + " exceeds 2**63 - 1" + who);
 
       const uint64_t at_off = cur.pos();
       t.offset = cur.uint(8, F("offset"));
@@ -910,7 +921,7 @@ class Writer {
     uint64_t numel = 0, expect = 0;
     if (!detail::checked_nbytes(shape, dtype_itemsize(dtype), &numel, &expect))
       throw Error(ErrorCode::SizeOverflow, kLabel, field, NO_OFFSET,
-                  "product of shape " + detail::shape_str(shape) + " x itemsize overflows 64 bits");
+                  "product of the nonzero dims of shape " + detail::shape_str(shape) + " x itemsize exceeds 2**63 - 1");
     if (expect != nbytes)
       throw Error(ErrorCode::NbytesMismatch, kLabel, field, NO_OFFSET,
                   std::to_string(nbytes) + " bytes given, shape " + detail::shape_str(shape) + " of " +
@@ -938,7 +949,7 @@ class Writer {
     uint64_t numel = 0, nbytes = 0;
     if (!detail::checked_nbytes(shape, sizeof(T), &numel, &nbytes) || nbytes > std::numeric_limits<size_t>::max())
       throw Error(ErrorCode::SizeOverflow, kLabel, name, NO_OFFSET,
-                  "product of shape " + detail::shape_str(shape) + " x itemsize overflows 64 bits");
+                  "product of the nonzero dims of shape " + detail::shape_str(shape) + " x itemsize exceeds 2**63 - 1");
     add(name, dtype_of<T>(), std::move(shape), data, static_cast<size_t>(nbytes));
   }
 
