@@ -2,8 +2,8 @@
 
 ``exact`` compares raw bytes element by element (so -0.0 != +0.0 and a NaN payload
 counts); ``allclose`` widens both to float64 and requires
-``|actual - expected| <= atol + rtol * |expected|``, optionally a ULP bound, and a NaN
-policy. Dtype and shape must match in both modes: a silent dtype change is a mismatch.
+``|actual - expected| <= atol + rtol * |expected|`` (equal values, infinities included,
+always match), optionally a ULP bound, and a NaN policy. Dtype and shape must match in both modes: a silent dtype change is a mismatch.
 
 The result holds what a kernel engineer needs without a debugger: how many elements
 differ and their share, the worst absolute / relative / ULP error with its index, and
@@ -154,7 +154,7 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray | None, contract
         e_nan, a_nan = np.isnan(e64), np.isnan(a64)
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(a64 - e64)
-            bad = ~(diff <= contract.atol + contract.rtol * np.abs(e64))
+            bad = ~(diff <= contract.atol + contract.rtol * np.abs(e64)) & ~(a64 == e64)  # equal infinities match
         if contract.nan == "equal":
             bad = np.where(e_nan | a_nan, e_nan != a_nan, bad)
         else:
