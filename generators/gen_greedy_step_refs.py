@@ -1,0 +1,137 @@
+"""Goldens for greedy_step: tree_build -> verify_attn -> tree_accept (shared/DESIGN.md 3.4).
+
+The reference chains the three numpy references exactly as a device would: the tree that
+tree_build returns feeds verify_attn (its visibility, tree_len = node_count + 1) and
+tree_accept (node_token_ids, next_token, next_sibling, node_count). target_predict is
+synthesized on that reference tree as in DESIGN 4 (first child mostly, sometimes another
+child, sometimes no child; leaves never match). Outputs of the three ops are named
+``<op>.<output>`` (``tree_build.status`` and ``tree_accept.status`` would collide).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from kdtr.contract import EXACT
+from kdtr.ops import tree_accept as accept_op
+from kdtr.ops import tree_build as build_op
+from kdtr.ops.verify_attn import verify_attn_f64
+
+from . import gen_tree_build_refs as build_gen
+from . import gen_verify_attn_refs as attn_gen
+from .trees import Tree, synth_target_predict
+
+OP = "greedy_step"
+GENERATOR_VERSION = 1
+VOCAB = build_gen.VOCAB
+
+
+@dataclass(frozen=True)
+class Config:
+    description: str
+    seed: int
+    batch: int
+    depth: int
+    topk: int
+    budget: int  # N
+    heads: int
+    dqk: int
+    d_v: int
+    prefix: tuple[int, ...]
+    dtype: str = "f32"
+    sm_scale: float = 0.0
+    kind: str = "random"  # random | ties | underfull | invalid
+    tier: str = "committed"
+
+
+CONFIGS: dict[str, Config] = {
+    "default": Config("B=4, D=6, K=4, N=32; H=4, Dqk=72, d_v=64", 4001, 4, 6, 4, 32, 4, 72, 64, (40, 7)),
+    "k2_dims": Config("Kimi K2 attention dims (H=64, Dqk=576, d_v=512, bf16), D=8, K=8, N=16", 4002, 2, 8, 8, 16,
+                      64, 576, 512, (64, 100), dtype="bf16", sm_scale=attn_gen.K2_SCALE),
+    "large_batch": Config("B=32, D=8, K=8, N=64; small attention dims", 4003, 32, 8, 8, 64, 2, 40, 32, (12, 50, 0)),
+    "underfull": Config("D=2, K=3 trees hold 12 of a budget of 32", 4004, 4, 2, 3, 32, 4, 72, 64, (20,),
+                        kind="underfull"),
+    "ties": Config("log-probs from {0, -0.5, -1, -2}: tied scores", 4005, 4, 5, 4, 32, 4, 72, 64, (16,), kind="ties"),
+    "invalid_rows": Config("tree_build statuses (NaN, bad budget) flow into a root-only verify and accept", 4006, 4,
+                           5, 4, 16, 4, 72, 64, (8,), kind="invalid"),
+}
+
+
+def _build_inputs(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    lp, ids = build_gen._drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
+    x = {
+        "top_log_probs": lp,
+        "top_token_ids": ids,
+        "root_token_ids": rng.integers(0, VOCAB, cfg.batch).astype(np.int64),
+        "budget": np.full(cfg.batch, cfg.budget, np.int32),
+        "depth_limit": np.full(cfg.batch, cfg.depth, np.int32),
+    }
+    if cfg.kind == "ties":
+        vals = rng.choice(np.array([0.0, -0.5, -1.0, -2.0], np.float32), size=lp.shape, p=[0.4, 0.3, 0.2, 0.1])
+        x["top_log_probs"] = -np.sort(-vals, axis=-1).astype(np.float32)
+    if cfg.kind == "invalid":
+        x["top_log_probs"][1, 0, 1] = np.nan
+        x["budget"][2] = cfg.budget + 5
+    return x
+
+
+def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Inputs, expected outputs of all three ops, and metadata of configuration ``name``.
+
+    Raises:
+        KeyError: unknown configuration.
+    """
+    cfg = CONFIGS[name]
+    rng = np.random.default_rng(cfg.seed)
+    b, t = cfg.batch, cfg.budget + 1
+    bx = _build_inputs(cfg, rng)
+    tree = build_op.tree_build(**bx, n_max=cfg.budget, on_invalid="status")
+    tree_len = (tree.node_count + 1).astype(np.int32)
+
+    # attention inputs over the reference tree: prefix + one latent KV row per tree slot
+    prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
+    s = int((prefix + t).max())
+    dt = np.float32 if cfg.dtype == "f32" else ml_dtypes.bfloat16
+    q = rng.standard_normal((b, t, cfg.heads, cfg.dqk)).astype(dt)
+    kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
+    for r in range(b):
+        q[r, tree_len[r]:] = np.nan
+        kv[r, prefix[r] + tree_len[r]:] = np.nan
+    sm_scale = np.array(cfg.sm_scale or cfg.dqk**-0.5, np.float32)
+    d_v = np.array(cfg.d_v, np.int32)
+    out, lse = verify_attn_f64(q, kv, prefix, tree_len, tree.visibility, float(sm_scale), int(d_v))
+
+    # target predictions on the reference tree (DESIGN 4)
+    target = np.full((b, t), -1, np.int64)
+    for r in range(b):
+        tr = Tree(int(tree.node_count[r]), tree.parents[r], tree.node_depths[r], tree.node_token_ids[r],
+                  tree.next_token[r], tree.next_sibling[r])
+        target[r] = synth_target_predict(rng, tr, VOCAB)
+    acc = accept_op.tree_accept(tree.node_token_ids, tree.next_token, tree.next_sibling, tree.node_count, target)
+
+    inputs = dict(bx, q=q, kv_cache=kv, prefix_len=prefix, sm_scale=sm_scale, d_v=d_v, target_predict=target)
+    tensors = {f"input.{k}": v for k, v in inputs.items()}
+    expected = {f"tree_build.{k}": v for k, v in tree.as_dict().items()}
+    expected.update({"verify_attn.out": out.astype(np.float32), "verify_attn.lse": lse.astype(np.float32)})
+    expected.update({f"tree_accept.{k}": v for k, v in acc.as_dict().items()})
+    tensors.update({f"expected.{k}": v for k, v in expected.items()})
+    metadata: dict[str, Any] = {
+        "op": OP,
+        "config": name,
+        "seed": cfg.seed,
+        "generator_version": GENERATOR_VERSION,
+        "description": cfg.description,
+        "max_budget": cfg.budget,
+        "dtype": cfg.dtype,
+    }
+    for k in expected:
+        if not k.startswith("verify_attn."):
+            metadata.update(EXACT.to_metadata(k))
+    attn_x = {"q": q, "kv_cache": kv, "prefix_len": prefix, "tree_len": tree_len, "sm_scale": sm_scale, "d_v": d_v}
+    for k, contract in attn_gen.tolerances(attn_x).items():
+        metadata.update(contract.to_metadata(f"verify_attn.{k}"))
+    return tensors, metadata
