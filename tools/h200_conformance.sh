@@ -2,6 +2,8 @@
 # On the H200 device machine (see docs/conformance.md): build with nvcc, run every golden on
 # both backends, then compute-sanitizer over the CUDA binary of every op on every golden.
 # Logs go to $OUT (default ./h200-out). Python deps missing there come as wheels in .whl/.
+# KDTR_OPS="tree_accept tree_build" limits the build, the run and the sanitizer to those ops
+# (default: every op with goldens); KDTR_TIER=all adds the second-tier goldens to the run.
 set -uo pipefail
 OUT=${OUT:-h200-out}
 mkdir -p "$OUT"
@@ -20,17 +22,20 @@ export COLUMNS=120 PYTHONUNBUFFERED=1
   python3 -c 'import numpy, ml_dtypes, click, rich, construct; print("numpy", numpy.__version__)'
 } 2>&1 | tee "$OUT/env.txt"
 
+OPS=${KDTR_OPS:-$(ls golden | grep -v MANIFEST | grep -v known_failures)}
+targets="build/bin/kdtr_check"; only=""
+for op in $OPS; do targets="$targets build/bin/kdtr_$op"; only="$only --only $op"; done
 make clean >/dev/null
-make -j8 2>&1 | tee "$OUT/build.log" || exit 1
+make -j8 $targets 2>&1 | tee "$OUT/build.log" || exit 1
 
-python3 -m runners.cli run -j 8 --timeout 120 2>&1 | tee "$OUT/run.log"
+python3 -m runners.cli run -j 8 --timeout 300 --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
 cp reports/conformance.md "$OUT/conformance.md"
 cp reports/junit.xml "$OUT/junit.xml"
 
 : > "$OUT/sanitizer.log"
 fails=0
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
-  for golden in golden/*/*.kdtr; do
+  for golden in $(for op in $OPS; do ls golden/$op/*.kdtr; done); do
     op=$(basename "$(dirname "$golden")")
     bin=build/bin/kdtr_$op
     [ -x "$bin" ] || continue
