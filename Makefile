@@ -16,7 +16,7 @@
 # the CPU-only one) and cuda_tests/kernels/<op>.cu (the __global__ kernel and its host
 # launcher, compiled by nvcc only).
 
-OPS := tree_accept
+OPS := tree_accept tree_build
 
 BUILD     ?= build
 CUDA_ARCH ?= 90

@@ -93,3 +93,111 @@ def test_cpu_output_equals_reference_on_random_wild_inputs(binary, tmp_path):
     got = kdtr.load(out)
     for k, v in expected.items():
         np.testing.assert_array_equal(got.tensors[k], v, err_msg=k)
+
+
+# --- tree_build ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def build_binary(repo_root):
+    path = repo_root / "build" / "bin" / "kdtr_tree_build"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
+    return path
+
+
+def _wild_tree_build_inputs(rng, b, d, k, n):
+    """Small random requests full of ties, with every kind of defect and out-of-range limit."""
+    pool = np.array([0.0, -0.0, -0.25, -0.5, -1.0, -2.0], np.float32)
+    lp = -np.sort(-rng.choice(pool, size=(b, d, k)), axis=-1).astype(np.float32)
+    ids = np.zeros((b, d, k), np.int64)
+    for i in range(b):
+        for j in range(d):
+            ids[i, j] = rng.choice(max(k, 6), size=k, replace=False)
+    budget = rng.integers(0, n + 1, b).astype(np.int32)
+    depth_limit = rng.integers(0, d + 1, b).astype(np.int32)
+    for i in range(b):
+        # 0-2 defects per request, anywhere (also past the depth limit, where they must not count)
+        for _ in range(rng.integers(0, 3)):
+            if d == 0 or k == 0:
+                break
+            j, r = rng.integers(0, d), rng.integers(0, k)
+            kind = rng.integers(0, 7)
+            if kind == 0:
+                lp[i, j, r] = np.nan
+            elif kind == 1:
+                lp[i, j, r] = np.inf
+            elif kind == 2:
+                lp[i, j, r] = -np.inf
+            elif kind == 3 and k > 1:
+                lp[i, j, k - 1] = lp[i, j, 0] + 1.0  # unsorted
+            elif kind == 4 and k > 1:
+                ids[i, j, r] = ids[i, j, (r + 1) % k]  # duplicate
+            elif kind == 5:
+                ids[i, j, r] = -1 - rng.integers(0, 3)  # negative
+            elif kind == 6:
+                ids[i, j, r] = 0  # token id 0 (valid unless it duplicates)
+    for i in rng.choice(b, size=min(b, 6), replace=False):
+        choice = rng.integers(0, 4)
+        if choice == 0:
+            budget[i] = -1 - rng.integers(0, 3)
+        elif choice == 1:
+            budget[i] = n + 1 + rng.integers(0, 3)
+        elif choice == 2:
+            depth_limit[i] = -1
+        else:
+            depth_limit[i] = d + 1
+    return {
+        "top_log_probs": lp,
+        "top_token_ids": ids,
+        "root_token_ids": rng.integers(-1, 50, b).astype(np.int64),
+        "budget": budget,
+        "depth_limit": depth_limit,
+    }
+
+
+@pytest.mark.parametrize("d,k,n", [(4, 4, 12), (3, 1, 5), (2, 6, 40), (5, 3, 0), (0, 3, 4), (2, 0, 3), (6, 2, 70)])
+def test_tree_build_cpu_output_equals_reference_on_random_wild_inputs(build_binary, tmp_path, d, k, n):
+    """Ties, invalid rows of each status, limits out of range: the CPU backend equals the reference."""
+    from kdtr.ops.tree_build import tree_build
+
+    rng = np.random.default_rng(1000 * d + 10 * k + n)
+    b = 64
+    inputs = _wild_tree_build_inputs(rng, b, d, k, n)
+    expected = tree_build(**inputs, n_max=n, on_invalid="status").as_dict()
+    if d >= 2 and k >= 2:
+        assert len(set(expected["status"].tolist())) >= 5, expected["status"]
+    golden = tmp_path / "wild.kdtr"
+    kdtr.save(golden, {f"input.{key}": v for key, v in inputs.items()},
+              {"op": "tree_build", "config": "wild", "max_budget": n})
+    out = tmp_path / "out.kdtr"
+    r = run_bin(build_binary, "--input", str(golden), "--output", str(out), "--backend", "cpu")
+    assert r.returncode == 0, r.stderr
+    got = kdtr.load(out)
+    assert list(got.tensors) == list(expected)
+    for key, v in expected.items():
+        assert got.tensors[key].dtype == v.dtype, key
+        np.testing.assert_array_equal(got.tensors[key], v, err_msg=key)
+
+
+def test_tree_build_binary_input_errors_name_the_tensor(build_binary, tmp_path, repo_root):
+    g = kdtr.load(repo_root / "golden/tree_build/default.kdtr")
+    base = {k: np.array(v) for k, v in g.tensors.items()}
+    cases = [
+        ("input.budget", lambda t: t.__setitem__("input.budget", t["input.budget"].astype(np.int64))),
+        ("input.top_token_ids", lambda t: t.__setitem__("input.top_token_ids", t["input.top_token_ids"][:, :-1])),
+        ("input.depth_limit", lambda t: t.pop("input.depth_limit")),
+    ]
+    for name, mutate in cases:
+        tensors = dict(base)
+        mutate(tensors)
+        bad = tmp_path / "bad.kdtr"
+        kdtr.save(bad, tensors, g.metadata)
+        r = run_bin(build_binary, "--input", str(bad), "--output", str(tmp_path / "o.kdtr"))
+        assert r.returncode == 2 and name in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
+    meta = {k: v for k, v in g.metadata.items() if k != "max_budget"}
+    bad = tmp_path / "no_n.kdtr"
+    kdtr.save(bad, base, meta)
+    r = run_bin(build_binary, "--input", str(bad), "--output", str(tmp_path / "o.kdtr"))
+    assert r.returncode == 2 and "max_budget" in r.stderr
+    assert not (tmp_path / "o.kdtr").exists()

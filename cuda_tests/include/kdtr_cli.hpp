@@ -362,13 +362,21 @@ class CudaEvent {
   cudaEvent_t e_ = nullptr;
 };
 
-// Run `launch()` (which enqueues work on `stream` and returns its cudaError_t) `repeat`
-// times, timing each with device events (microseconds).  Every launch and every
-// execution is checked.
+// Untimed launches before the timed ones (clocks up, caches and TLBs warm).
+inline constexpr int kCudaWarmup = 3;
+
+// Run `launch()` (which enqueues the op's kernel launch(es) on `stream` and returns its
+// cudaError_t) `warmup` times untimed, then `repeat` times, timing each with device
+// events recorded on `stream` just before and just after it (microseconds): the samples
+// are device time of the launches alone, no copies and no host work.  Every launch and
+// every execution is checked.
 template <class Launch>
-std::vector<double> time_cuda(int repeat, cudaStream_t stream, Launch&& launch) {
+std::vector<double> time_cuda(int repeat, cudaStream_t stream, Launch&& launch, int warmup = kCudaWarmup) {
   std::vector<double> us;
   us.reserve(static_cast<size_t>(std::max(repeat, 0)));
+  for (int i = 0; i < warmup; ++i) KDTR_CUDA_CHECK(launch());
+  KDTR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  KDTR_CUDA_CHECK(cudaGetLastError());
   CudaEvent start, stop;
   for (int i = 0; i < repeat; ++i) {
     KDTR_CUDA_CHECK(cudaEventRecord(start.get(), stream));
