@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import gen_accept_refs, gen_tree_build_refs, gen_verify_attn_refs
+from . import gen_accept_refs, gen_greedy_step_refs, gen_tree_build_refs, gen_verify_attn_refs
 
 GENERATORS: dict[str, ModuleType] = {
     gen_accept_refs.OP: gen_accept_refs,
     gen_tree_build_refs.OP: gen_tree_build_refs,
     gen_verify_attn_refs.OP: gen_verify_attn_refs,
+    gen_greedy_step_refs.OP: gen_greedy_step_refs,
 }

@@ -50,7 +50,7 @@ class Config:
 
 CONFIGS: dict[str, Config] = {
     "default": Config("B=4, D=6, K=4, N=32; H=4, Dqk=72, d_v=64", 4001, 4, 6, 4, 32, 4, 72, 64, (40, 7)),
-    "k2_dims": Config("Kimi K2 attention dims (H=64, Dqk=576, d_v=512, bf16), D=8, K=8, N=16", 4002, 2, 8, 8, 16,
+    "k2_dims": Config("Kimi K2 attention dims (H=64, Dqk=576, d_v=512, bf16), D=4, K=4, N=8", 4002, 2, 4, 4, 8,
                       64, 576, 512, (64, 100), dtype="bf16", sm_scale=attn_gen.K2_SCALE),
     "large_batch": Config("B=32, D=8, K=8, N=64; small attention dims", 4003, 32, 8, 8, 64, 2, 40, 32, (12, 50, 0)),
     "underfull": Config("D=2, K=3 trees hold 12 of a budget of 32", 4004, 4, 2, 3, 32, 4, 72, 64, (20,),
