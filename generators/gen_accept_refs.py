@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kdtr.contract import EXACT
 from kdtr.ops.tree_accept import tree_accept
 
 from .trees import Tree, chain_tree, non_child_token, path_to, random_tree, synth_target_predict
+from .golden import package
 
 OP = "tree_accept"
 GENERATOR_VERSION = 1
@@ -198,15 +198,4 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     rng = np.random.default_rng(cfg.seed)
     inputs = _SYNTH[cfg.kind](cfg, rng, cfg.budget + 1)
     expected = tree_accept(**inputs).as_dict()
-    tensors = {f"input.{k}": v for k, v in inputs.items()}
-    tensors.update({f"expected.{k}": v for k, v in expected.items()})
-    metadata: dict[str, Any] = {
-        "op": OP,
-        "config": name,
-        "seed": cfg.seed,
-        "generator_version": GENERATOR_VERSION,
-        "description": cfg.description,
-    }
-    for out in OUTPUTS:
-        metadata.update(EXACT.to_metadata(out))
-    return tensors, metadata
+    return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected)

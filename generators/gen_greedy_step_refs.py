@@ -16,7 +16,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from kdtr.contract import EXACT
 from kdtr.ops import tree_accept as accept_op
 from kdtr.ops import tree_build as build_op
 from kdtr.ops.verify_attn import verify_attn_f64
@@ -24,6 +23,7 @@ from kdtr.ops.verify_attn import verify_attn_f64
 from . import gen_tree_build_refs as build_gen
 from . import gen_verify_attn_refs as attn_gen
 from .trees import Tree, synth_target_predict
+from .golden import package
 
 OP = "greedy_step"
 GENERATOR_VERSION = 1
@@ -114,24 +114,10 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     acc = accept_op.tree_accept(tree.node_token_ids, tree.next_token, tree.next_sibling, tree.node_count, target)
 
     inputs = dict(bx, q=q, kv_cache=kv, prefix_len=prefix, sm_scale=sm_scale, d_v=d_v, target_predict=target)
-    tensors = {f"input.{k}": v for k, v in inputs.items()}
     expected = {f"tree_build.{k}": v for k, v in tree.as_dict().items()}
     expected.update({"verify_attn.out": out.astype(np.float32), "verify_attn.lse": lse.astype(np.float32)})
     expected.update({f"tree_accept.{k}": v for k, v in acc.as_dict().items()})
-    tensors.update({f"expected.{k}": v for k, v in expected.items()})
-    metadata: dict[str, Any] = {
-        "op": OP,
-        "config": name,
-        "seed": cfg.seed,
-        "generator_version": GENERATOR_VERSION,
-        "description": cfg.description,
-        "max_budget": cfg.budget,
-        "dtype": cfg.dtype,
-    }
-    for k in expected:
-        if not k.startswith("verify_attn."):
-            metadata.update(EXACT.to_metadata(k))
     attn_x = {"q": q, "kv_cache": kv, "prefix_len": prefix, "tree_len": tree_len, "sm_scale": sm_scale, "d_v": d_v}
-    for k, contract in attn_gen.tolerances(attn_x).items():
-        metadata.update(contract.to_metadata(f"verify_attn.{k}"))
-    return tensors, metadata
+    contracts = {f"verify_attn.{k}": c for k, c in attn_gen.tolerances(attn_x).items()}
+    return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected, contracts, max_budget=cfg.budget,
+                   dtype=cfg.dtype)

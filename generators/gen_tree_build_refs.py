@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kdtr.contract import EXACT
 from kdtr.ops.tree_build import OUTPUTS, tree_build
+from .golden import package
 
 OP = "tree_build"
 GENERATOR_VERSION = 1
@@ -169,16 +169,4 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     rng = np.random.default_rng(cfg.seed)
     inputs = _SYNTH[cfg.kind](cfg, rng)
     expected = tree_build(**inputs, n_max=cfg.budget, on_invalid="status").as_dict()
-    tensors = {f"input.{k}": v for k, v in inputs.items()}
-    tensors.update({f"expected.{k}": v for k, v in expected.items()})
-    metadata: dict[str, Any] = {
-        "op": OP,
-        "config": name,
-        "seed": cfg.seed,
-        "generator_version": GENERATOR_VERSION,
-        "description": cfg.description,
-        "max_budget": cfg.budget,
-    }
-    for out in OUTPUTS:
-        metadata.update(EXACT.to_metadata(out))
-    return tensors, metadata
+    return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected, max_budget=cfg.budget)

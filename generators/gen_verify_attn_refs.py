@@ -18,6 +18,8 @@ import numpy as np
 from kdtr.contract import Contract
 from kdtr.ops.verify_attn import sm_scale_mla, verify_attn_f64
 
+from .golden import package
+
 from .trees import chain_tree, random_tree
 
 OP = "verify_attn"
@@ -164,17 +166,5 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     x = synth(cfg, rng)
     out, lse = verify_attn_f64(x["q"], x["kv_cache"], x["prefix_len"], x["tree_len"], x["visibility"],
                                float(x["sm_scale"]), int(x["d_v"]))
-    tensors = {f"input.{k}": v for k, v in x.items()}
-    tensors["expected.out"] = out.astype(np.float32)
-    tensors["expected.lse"] = lse.astype(np.float32)
-    metadata: dict[str, Any] = {
-        "op": OP,
-        "config": name,
-        "seed": cfg.seed,
-        "generator_version": GENERATOR_VERSION,
-        "description": cfg.description,
-        "dtype": cfg.dtype,
-    }
-    for out_name, contract in tolerances(x).items():
-        metadata.update(contract.to_metadata(out_name))
-    return tensors, metadata
+    expected = {"out": out.astype(np.float32), "lse": lse.astype(np.float32)}
+    return package(OP, name, cfg, GENERATOR_VERSION, x, expected, tolerances(x), dtype=cfg.dtype)

@@ -239,7 +239,10 @@ def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
                 for key in ("seed", "generator_version", "op", "config"):
                     if listed[rel].get(key) != entry[key]:
                         report.drifts.append(Drift(rel, "manifest", f"{key}: {listed[rel].get(key)!r} -> {entry[key]!r}"))
-            report.drifts.extend(_compare_files(rel, disk, new_path))
+            found = _compare_files(rel, disk, new_path)
+            if not found and sha256_of(disk) != entry["sha256"]:
+                found = [Drift(rel, "bytes", "same tensors and metadata, but the bytes differ (metadata order or layout)")]
+            report.drifts.extend(found)
     return report
 
 

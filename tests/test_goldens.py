@@ -91,3 +91,15 @@ def test_regen_writes_identical_bytes(tmp_path, gdir):
     for p in gdir.glob("*/*.kdtr"):
         assert (fresh / p.parent.name / p.name).read_bytes() == p.read_bytes(), p.name
     assert not list(fresh.glob("**/*.tmp"))
+
+
+def test_check_detects_a_metadata_reorder(gdir, monkeypatch):
+    real = gen_accept_refs.generate
+
+    def reordered(name):
+        tensors, metadata = real(name)
+        return tensors, dict(reversed(list(metadata.items())))
+
+    monkeypatch.setattr(gen_accept_refs, "generate", reordered)
+    r = check(gdir)
+    assert r.exit_code == 1 and "tree_accept/chain.kdtr: bytes" in r.output
