@@ -16,7 +16,7 @@
 # the CPU-only one) and cuda_tests/kernels/<op>.cu (the __global__ kernel and its host
 # launcher, compiled by nvcc only).
 
-OPS := tree_accept tree_build
+OPS := tree_accept tree_build verify_attn greedy_step
 
 BUILD     ?= build
 CUDA_ARCH ?= 90
@@ -76,6 +76,11 @@ $(OBJ)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(OBJ)
 
 $(OP_BINS): $(BIN)/kdtr_%: $(OBJ)/test_%.o $(OBJ)/kernel_%.o | $(BIN)
 	$(NVCC_PATH) $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS) $(LDLIBS)
+
+# greedy_step chains the three ops on the device: its binary links their kernels too
+# (kernels/greedy_step.cu holds only the glue).  The CPU-only build needs nothing extra:
+# the ops' CPU cores are headers.
+$(BIN)/kdtr_greedy_step: $(OBJ)/kernel_tree_build.o $(OBJ)/kernel_verify_attn.o $(OBJ)/kernel_tree_accept.o
 else
 $(OP_BINS): $(BIN)/kdtr_%: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(BIN) $(OBJ)
 	$(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -MMD -MP -MT $@ -MF $(OBJ)/kdtr_$*.d -x c++ $< -x none -o $@ $(LDFLAGS) $(LDLIBS)

@@ -201,3 +201,122 @@ def test_tree_build_binary_input_errors_name_the_tensor(build_binary, tmp_path, 
     r = run_bin(build_binary, "--input", str(bad), "--output", str(tmp_path / "o.kdtr"))
     assert r.returncode == 2 and "max_budget" in r.stderr
     assert not (tmp_path / "o.kdtr").exists()
+
+
+# --- greedy_step --------------------------------------------------------------------------
+
+# every committed greedy_step golden (the generator's committed tier)
+GREEDY_GOLDENS = sorted(
+    f[: -len(".kdtr")]
+    for f in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "greedy_step"))
+    if f.endswith(".kdtr")
+)
+
+
+def _op_binary(repo_root, op):
+    path = repo_root / "build" / "bin" / f"kdtr_{op}"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
+    return path
+
+
+@pytest.mark.parametrize("config", GREEDY_GOLDENS)
+def test_greedy_step_cpu_equals_the_three_single_op_binaries_chained(repo_root, tmp_path, config):
+    """The chain is the composition: kdtr_greedy_step's CPU output equals, tensor for tensor
+    and byte for byte, kdtr_tree_build -> kdtr_verify_attn -> kdtr_tree_accept run one after
+    another with the intermediate tensors passed through KDTR files."""
+    golden = repo_root / "golden" / "greedy_step" / f"{config}.kdtr"
+    g = kdtr.load(golden)
+    x = {k[len("input."):]: np.array(v) for k, v in g.tensors.items() if k.startswith("input.")}
+    meta = {"config": config}
+
+    def run_op(op, inputs, extra_meta=()):
+        path = tmp_path / f"{op}.in.kdtr"
+        kdtr.save(path, {f"input.{k}": v for k, v in inputs.items()}, {"op": op, **meta, **dict(extra_meta)})
+        out = tmp_path / f"{op}.out.kdtr"
+        r = run_bin(_op_binary(repo_root, op), "--input", str(path), "--output", str(out), "--backend", "cpu")
+        assert r.returncode == 0, (op, r.stderr)
+        return {k: np.array(v) for k, v in kdtr.load(out).tensors.items()}
+
+    build_names = ("top_log_probs", "top_token_ids", "root_token_ids", "budget", "depth_limit")
+    tb = run_op("tree_build", {k: x[k] for k in build_names}, {"max_budget": g.metadata["max_budget"]})
+    va = run_op("verify_attn", {
+        "q": x["q"], "kv_cache": x["kv_cache"], "prefix_len": x["prefix_len"],
+        "tree_len": (tb["node_count"] + 1).astype(np.int32), "visibility": tb["visibility"],
+        "sm_scale": x["sm_scale"], "d_v": x["d_v"],
+    })
+    ta = run_op("tree_accept", {
+        "node_token_ids": tb["node_token_ids"], "next_token": tb["next_token"], "next_sibling": tb["next_sibling"],
+        "node_count": tb["node_count"], "target_predict": x["target_predict"],
+    })
+    chained = {f"tree_build.{k}": v for k, v in tb.items()}
+    chained.update({f"verify_attn.{k}": v for k, v in va.items()})
+    chained.update({f"tree_accept.{k}": v for k, v in ta.items()})
+
+    out = tmp_path / "greedy_step.out.kdtr"
+    r = run_bin(_op_binary(repo_root, "greedy_step"), "--input", str(golden), "--output", str(out), "--backend", "cpu")
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    got = kdtr.load(out)
+    expected_names = [k[len("expected."):] for k in g.tensors if k.startswith("expected.")]
+    assert list(got.tensors) == expected_names == list(chained)
+    assert got.metadata["op"] == "greedy_step" and got.metadata["config"] == config
+    assert got.metadata["backend"] == "cpu" and got.metadata["device"] == "cpu"
+    for name, want in chained.items():
+        have = np.array(got.tensors[name])
+        assert have.dtype == want.dtype and have.shape == want.shape, name
+        assert have.tobytes() == want.tobytes(), name
+    # the chain really ran: some request accepted something, and tree_len reached verify_attn
+    assert chained["tree_accept.accepted_count"].max() > 0
+    assert np.isfinite(chained["verify_attn.lse"][:, 0]).all()
+
+
+def test_greedy_step_binary_input_errors_name_the_tensor(repo_root, tmp_path):
+    import ml_dtypes
+
+    binary = _op_binary(repo_root, "greedy_step")
+    g = kdtr.load(repo_root / "golden/greedy_step/default.kdtr")
+    base = {k: np.array(v) for k, v in g.tensors.items()}
+    t = base["input.q"].shape[1]
+    s = base["input.kv_cache"].shape[1]
+
+    def prefix_past_cache(x):  # prefix_len + T > S for request 1 (tree_len may reach T)
+        p = x["input.prefix_len"].copy()
+        p[1] = s - t + 1
+        x["input.prefix_len"] = p
+
+    def negative_prefix(x):
+        p = x["input.prefix_len"].copy()
+        p[0] = -1
+        x["input.prefix_len"] = p
+
+    cases = [
+        ("input.prefix_len", prefix_past_cache),
+        ("input.prefix_len", negative_prefix),
+        ("input.q", lambda x: x.__setitem__("input.q", x["input.q"][:, :-1])),  # T != max_budget + 1
+        ("input.kv_cache", lambda x: x.__setitem__("input.kv_cache", x["input.kv_cache"].astype(ml_dtypes.bfloat16))),
+        ("input.kv_cache", lambda x: x.__setitem__("input.kv_cache", x["input.kv_cache"][:-1])),  # B
+        ("input.d_v", lambda x: x.__setitem__("input.d_v", np.array(x["input.q"].shape[3] + 1, np.int32))),
+        ("input.sm_scale", lambda x: x.__setitem__("input.sm_scale", np.array([0.1], np.float32))),
+        ("input.target_predict", lambda x: x.__setitem__("input.target_predict", x["input.target_predict"][:, :-1])),
+        ("input.budget", lambda x: x.__setitem__("input.budget", x["input.budget"].astype(np.int64))),
+        ("input.root_token_ids", lambda x: x.pop("input.root_token_ids")),
+    ]
+    out = tmp_path / "o.kdtr"
+    for name, mutate in cases:
+        tensors = dict(base)
+        mutate(tensors)
+        bad = tmp_path / "bad.kdtr"
+        kdtr.save(bad, tensors, g.metadata)
+        r = run_bin(binary, "--input", str(bad), "--output", str(out))
+        assert r.returncode == 2 and name in r.stderr and "bad.kdtr" in r.stderr, (name, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
+        assert not out.exists()
+    for key, value in (("max_budget", None), ("max_budget", "32"), ("dtype", "bf16")):
+        meta = {k: v for k, v in g.metadata.items() if k != key}
+        if value is not None:
+            meta[key] = value
+        bad = tmp_path / "bad_meta.kdtr"
+        kdtr.save(bad, base, meta)
+        r = run_bin(binary, "--input", str(bad), "--output", str(out))
+        assert r.returncode == 2 and f"metadata {key}" in r.stderr, (key, value, r.stderr)
+        assert not out.exists()

@@ -1,0 +1,182 @@
+"""Edge-case check of build/bin/kdtr_verify_attn beyond the committed goldens.
+
+Random problems chosen for the kernels' code paths (odd dims that rule out vector loads
+or the tensor-core kernel, d_v > 512 split over blocks, Dqk between the mma instances,
+tree_len 0, prefix_len 0, rows with no visible key, tiles that straddle the prefix end,
+T*H not a multiple of 64), poisoned like the goldens (NaN in q rows >= tree_len and
+cache rows >= prefix_len + tree_len, 1 in visibility outside the valid square). Each
+runs on every backend and CUDA kernel that applies; outputs are compared with the
+float64 reference (kdtr.ops.verify_attn) under the goldens' tolerance model
+(docs/ops/verify_attn.md, "Tolerances"); padding rows and empty rows must be exactly
+0 / -inf.
+
+    python3 bench/check_verify_attn.py [--bin build/bin/kdtr_verify_attn] [--backend cpu --backend cuda]
+
+Exit 0 when every run passes, 1 otherwise. Prints one line per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import kdtr  # noqa: E402
+from kdtr.ops.verify_attn import verify_attn_f64  # noqa: E402
+
+U32 = 2.0**-24
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    dtype: str
+    B: int
+    T: int
+    H: int
+    Dqk: int
+    d_v: int
+    prefix: tuple[int, ...]
+    tree_len: tuple[int, ...]
+    empty_rows: bool = False  # blank some visibility rows (with prefix 0: rows with no key)
+
+
+CASES = [
+    Case("odd_f32", "f32", 3, 7, 3, 40, 24, (0, 13, 70), (7, 0, 3)),
+    Case("odd_bf16", "bf16", 3, 7, 3, 40, 24, (0, 13, 70), (7, 0, 3)),
+    Case("dqk66_f32", "f32", 2, 9, 5, 66, 33, (17, 64), (9, 5)),
+    Case("dqk66_bf16", "bf16", 2, 9, 5, 66, 33, (17, 64), (9, 5)),
+    Case("dqk136_bf16", "bf16", 2, 13, 5, 136, 100, (60, 3), (13, 12)),
+    Case("k2_empty_rows_bf16", "bf16", 2, 9, 64, 576, 512, (0, 70), (9, 6), empty_rows=True),
+    Case("k2_empty_rows_f32", "f32", 2, 9, 64, 576, 512, (0, 70), (9, 6), empty_rows=True),
+    Case("dv600_f32", "f32", 2, 5, 2, 640, 600, (30, 0), (5, 4)),
+    Case("dv600_bf16", "bf16", 2, 5, 2, 640, 600, (30, 0), (5, 4)),
+    Case("th231_f32", "f32", 2, 33, 7, 72, 64, (60, 129), (17, 33)),
+    Case("th231_bf16", "bf16", 2, 33, 7, 72, 64, (60, 129), (17, 33)),
+    Case("dv1_bf16", "bf16", 1, 4, 16, 32, 1, (5,), (3,)),
+    Case("all_empty_f32", "f32", 2, 4, 2, 16, 8, (0, 3), (0, 0)),
+]
+
+
+def synth(c: Case, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    prefix = np.array(c.prefix, np.int32)
+    tree_len = np.array(c.tree_len, np.int32)
+    s = int((prefix + c.T).max()) + 3
+    dt = np.float32 if c.dtype == "f32" else ml_dtypes.bfloat16
+    q = rng.standard_normal((c.B, c.T, c.H, c.Dqk)).astype(dt)
+    kv = rng.standard_normal((c.B, s, c.Dqk)).astype(dt)
+    vis = np.zeros((c.B, c.T, c.T), np.uint8)
+    for r in range(c.B):
+        tl = int(tree_len[r])
+        parents = [-1] + [int(rng.integers(0, i)) for i in range(1, tl)]
+        for i in range(tl):
+            if i:
+                vis[r, i] = vis[r, parents[i]]
+            vis[r, i, i] = 1
+        if c.empty_rows and tl > 2:
+            vis[r, 1, :tl] = 0  # no tree key: with prefix 0, no key at all
+            vis[r, tl - 1, :tl] = 0
+        q[r, tl:] = np.nan
+        kv[r, int(prefix[r]) + tl :] = np.nan
+        vis[r, tl:, :] = 1
+        vis[r, :, tl:] = 1
+    return {
+        "q": q,
+        "kv_cache": kv,
+        "prefix_len": prefix,
+        "tree_len": tree_len,
+        "visibility": vis,
+        "sm_scale": np.array(c.Dqk**-0.5, np.float32),
+        "d_v": np.array(c.d_v, np.int32),
+    }
+
+
+def tolerance(x: dict[str, np.ndarray]) -> tuple[float, float, float]:
+    """(out atol, lse atol, lse rtol): the goldens' model (docs/ops/verify_attn.md)."""
+    smax, vmax = 1.0, 1.0
+    for r in range(x["q"].shape[0]):
+        pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
+        if tl == 0:
+            continue
+        keys = x["kv_cache"][r, : pl + tl].astype(np.float64)
+        qr = x["q"][r, :tl].astype(np.float64)
+        smax = max(smax, float(np.abs(np.einsum("thd,ld->thl", qr, keys)).max()) * float(x["sm_scale"]))
+        vmax = max(vmax, float(np.abs(keys[:, : int(x["d_v"])]).max()))
+    out_atol = max(1e-5, 2 * U32 * smax * vmax)
+    if x["q"].dtype != np.float32:
+        out_atol += 2.0**-8 * vmax
+    return out_atol, max(1e-5, 8 * U32 * smax), 4 * U32
+
+
+def check(binary: Path, backend: str, kernel: str, golden: Path, x, ref_out, ref_lse, tol, tmp: Path) -> tuple[str, str]:
+    outp = tmp / "out.kdtr"
+    cmd = [str(binary), "--input", str(golden), "--output", str(outp), "--backend", backend]
+    if kernel != "auto":
+        cmd += ["--kernel", kernel]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode == 3:
+        return "NOT_SUPPORTED", r.stderr.strip()
+    if r.returncode != 0:
+        return "FAIL", f"exit {r.returncode}: {r.stderr.strip()}"
+    f = kdtr.load(outp)
+    out, lse = np.asarray(f.tensors["out"]), np.asarray(f.tensors["lse"])
+    name = f.metadata.get("kernel", "?")
+    if np.isnan(out).any() or np.isnan(lse).any():
+        return "FAIL", f"{name}: NaN in output"
+    empty = ~np.isfinite(ref_lse)
+    if not (np.all(out[empty] == 0) and np.all(lse[empty] == -np.inf)):
+        return "FAIL", f"{name}: empty/padding rows are not exactly 0 / -inf"
+    eo = float(np.abs(out.astype(np.float64) - ref_out).max()) if out.size else 0.0
+    fin = ~empty
+    el = float(np.abs(lse[fin].astype(np.float64) - ref_lse[fin]).max()) if fin.any() else 0.0
+    lse_ok = np.all(np.abs(lse[fin].astype(np.float64) - ref_lse[fin]) <= tol[1] + tol[2] * np.abs(ref_lse[fin]))
+    ok = eo <= tol[0] and bool(lse_ok)
+    return ("PASS" if ok else "FAIL"), f"{name}: max abs err out {eo:.3e} (atol {tol[0]:.1e}), lse {el:.3e}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "kdtr_verify_attn"))
+    ap.add_argument("--backend", action="append", choices=["cpu", "cuda"])
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    backends = args.backend or ["cpu", "cuda"]
+    failures = 0
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        for k, c in enumerate(CASES):
+            x = synth(c, args.seed * 1000 + k)
+            golden = tmp / f"{c.name}.kdtr"
+            kdtr.save(golden, {f"input.{n}": v for n, v in x.items()}, {"op": "verify_attn", "config": c.name})
+            ref_out, ref_lse = verify_attn_f64(x["q"], x["kv_cache"], x["prefix_len"], x["tree_len"],
+                                               x["visibility"], float(x["sm_scale"]), int(x["d_v"]))
+            tol = tolerance(x)
+            runs = [(b, "auto") for b in backends]
+            if "cuda" in backends:
+                runs += [("cuda", "simt"), ("cuda", "mma"), ("cuda", "mma_pv4")]
+            for backend, kernel in runs:
+                status, msg = check(Path(args.bin), backend, kernel, golden, x, ref_out, ref_lse, tol, tmp)
+                # mma must run wherever the kernel claims it applies (bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512)
+                mma_applies = c.dtype == "bf16" and c.Dqk % 8 == 0 and c.Dqk <= 576 and c.d_v <= 512
+                if status == "NOT_SUPPORTED" and kernel.startswith("mma") and not mma_applies:
+                    status = "SKIP"
+                if status == "NOT_SUPPORTED" and backend == "cuda" and kernel == "auto":
+                    status = "SKIP"  # no GPU here
+                failures += status not in ("PASS", "SKIP")
+                print(f"{status:5} {c.name:20} {backend:4} {kernel:7} {msg}")
+    print(f"failures: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

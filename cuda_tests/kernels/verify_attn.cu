@@ -1,0 +1,774 @@
+// verify_attn.cu -- CUDA kernels and host launcher for verify_attn (compiled by nvcc only).
+//
+// Contract: docs/ops/verify_attn.md; CPU backend and shared helpers: verify_attn.cuh;
+// design notes and measurements: docs/ops/verify_attn.md, section "Kernel".
+//
+// MLA-absorb attention is multi-query attention: the H heads of all T tree queries of a
+// request share one latent KV.  Both kernels therefore treat a request's queries as one
+// matrix of M = T*H rows (row m = i*H + h, contiguous in q) against L = prefix_len +
+// tree_len keys, like the two GEMMs of flash attention: a block owns 64 query rows, walks
+// the keys in tiles of 64 with an online softmax (running max and sum, max subtracted,
+// f32 accumulation), and loads each KV tile once for all heads and tree rows of the block.
+// The visibility mask is applied only in tiles that reach past the prefix.  Rows
+// i >= tree_len are never loaded (their q rows are not read); they and rows with no
+// visible key end with out = 0 and lse = -inf.  Blocks with only such rows skip the
+// loop.  Cache rows >= L are zero-filled, never read; visibility is read only at
+// [i < tree_len][j < tree_len].
+//
+//   mma  (bf16 inputs): 8 warps, Q tile (64 x Dqk) and two KV tiles (64 x Dqk, cp.async
+//        double buffer) in shared memory, XOR-swizzled 16-byte chunks for conflict-free
+//        ldmatrix.  Warp (r, c), r = warp % 4, c = warp / 4: S[rows 16r.., keys 32c..] =
+//        Q K^T with mma.sync m16n8k16 (bf16 in, f32 accumulate); the row max is exchanged
+//        with the partner warp through shared memory; P (bf16) goes to shared memory; then
+//        O[rows 16r.., value cols c*DV/2 ..] += P V with the same mma, V read from the KV
+//        tile already in shared memory (values are its first d_v columns).  The d_v = 512
+//        accumulator is split over the two warp columns: 128 f32 registers per thread.
+//   simt (f32 inputs, or bf16 with dims the mma kernel does not cover): FFMA in f32 (no
+//        TF32), 256 threads as 16 x 16; a thread owns 4 query rows x 4 keys of S and 4
+//        rows x 4*NJ value columns of O; the 16 threads of a half-warp own whole rows, so
+//        row reductions are shuffles.  Q/K are staged 32 dims at a time (transposed,
+//        swizzled) and V 64/NJ keys at a time, through a register prefetch one stage ahead
+//        and a double-buffered stage in shared memory.  d_v > 512 splits value columns
+//        over gridDim.y (S recomputed per split).
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "verify_attn.cuh"
+#include "verify_attn_launch.h"
+
+namespace kdtr {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBM = 64;  // query rows (m = i*H + h) per block
+constexpr int kBN = 64;  // keys per KV tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kMaxDim = 1 << 30;  // T*H, S, Dqk bounds: in-request indices stay int
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+
+// Rows [row0, row0 + nrows) of out (columns [col0, col0 + ncols)) and lse: 0 and -inf.
+__device__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0, int nrows, int d_v,
+                                   int col0, int ncols, bool with_lse) {
+  for (int idx = threadIdx.x; idx < nrows * ncols; idx += blockDim.x) {
+    const int r = idx / ncols, c = idx - r * ncols;
+    out[(row0 + r) * d_v + col0 + c] = 0.0f;
+  }
+  if (with_lse)
+    for (int r = threadIdx.x; r < nrows; r += blockDim.x) lse[row0 + r] = neg_inf();
+}
+
+// ---------------------------------------------------------------------------------------
+// simt: f32 FFMA kernel, any dims
+// ---------------------------------------------------------------------------------------
+namespace simt {
+
+constexpr int kDK = 32;  // key dims per Q/K stage
+
+// Four consecutive elements row[c0 .. c0+3] widened to f32; those at or past `limit` are
+// 0 and not read (limit <= 0: nothing is read).  `vec`: row and c0 allow a vector load.
+__device__ __forceinline__ float4 load4(const float* row, int c0, int limit, bool vec) {
+  if (vec && c0 + 4 <= limit) return __ldg(reinterpret_cast<const float4*>(row + c0));
+  float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (c0 < limit) r.x = __ldg(row + c0);
+  if (c0 + 1 < limit) r.y = __ldg(row + c0 + 1);
+  if (c0 + 2 < limit) r.z = __ldg(row + c0 + 2);
+  if (c0 + 3 < limit) r.w = __ldg(row + c0 + 3);
+  return r;
+}
+__device__ __forceinline__ float4 load4(const uint16_t* row, int c0, int limit, bool vec) {
+  if (vec && c0 + 4 <= limit) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(row + c0));
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+  float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (c0 < limit) r.x = bf16_bits_to_float(__ldg(row + c0));
+  if (c0 + 1 < limit) r.y = bf16_bits_to_float(__ldg(row + c0 + 1));
+  if (c0 + 2 < limit) r.z = bf16_bits_to_float(__ldg(row + c0 + 2));
+  if (c0 + 3 < limit) r.w = bf16_bits_to_float(__ldg(row + c0 + 3));
+  return r;
+}
+
+__device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+template <int NJ>
+struct Cfg {
+  static constexpr int kDVT = 64 * NJ;   // value columns per block
+  static constexpr int kVK = 64 / NJ;    // keys per V stage (kVK * kDVT = 4096 floats)
+  static constexpr int kStageFloats = 2 * kDK * kBM;  // Qt + Kt = 4096 floats
+  static_assert(kVK * kDVT == kStageFloats, "a V stage fills one stage buffer");
+  static constexpr size_t kSmem = (2 * kStageFloats + kBN * kBM) * sizeof(float);  // 48 KiB
+};
+
+template <class In, int NJ>
+__global__ void __launch_bounds__(kThreads, 1)
+    verify_attn_simt_kernel(const In* __restrict__ q, const In* __restrict__ kv, const int32_t* __restrict__ prefix_len,
+                            const int32_t* __restrict__ tree_len, const uint8_t* __restrict__ vis, float sm_scale,
+                            int T, int H, int S, int Dqk, int d_v, int tiles_per_req, float* __restrict__ out,
+                            float* __restrict__ lse) {
+  using C = Cfg<NJ>;
+  extern __shared__ __align__(16) float smem_f[];
+  float* const stage0 = smem_f;
+  float* const stage1 = smem_f + C::kStageFloats;
+  float* const Pt = smem_f + 2 * C::kStageFloats;  // [key][row], P of the current tile
+
+  const int b = static_cast<int>(blockIdx.x) / tiles_per_req;
+  const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
+  const int vbase = static_cast<int>(blockIdx.y) * C::kDVT;  // first value column of this block
+  const int M = T * H;
+  const int pl = prefix_len[b], tl = tree_len[b];
+  const int valid_rows = tl * H, L = pl + tl;
+  const int64_t row_base = static_cast<int64_t>(b) * M;
+  const int ncols = min(C::kDVT, d_v - vbase);
+  if (m0 >= valid_rows) {
+    write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, vbase, ncols, blockIdx.y == 0);
+    return;
+  }
+
+  const int tid = static_cast<int>(threadIdx.x), ty = tid >> 4, tx = tid & 15;
+  const In* const q_req = q + row_base * Dqk;
+  const In* const kv_req = kv + static_cast<int64_t>(b) * S * Dqk;
+  const uint8_t* const vis_req = vis + static_cast<int64_t>(b) * T * T;
+  const bool vec = (Dqk & 3) == 0;
+  const int nq = (Dqk + kDK - 1) / kDK;
+  const int ntiles = (L + kBN - 1) / kBN;
+
+  float4 pf[4];  // the next stage, prefetched
+
+  // Q/K stage st of tile j: dims [st*kDK, +kDK) of the block's 64 q rows and the tile's keys.
+  auto fetch_qk = [&](int j, int st) {
+    const int d0 = st * kDK;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int g = tid + kThreads * e, row = g >> 3, dg = g & 7;
+      const int m = m0 + row;
+      const bool ok = m < valid_rows;
+      pf[e] = load4(q_req + (ok ? static_cast<int64_t>(m) * Dqk + d0 : 0), 4 * dg, ok ? Dqk - d0 : 0, vec);
+      const int p = j * kBN + row;
+      const bool okk = p < L;
+      pf[2 + e] = load4(kv_req + (okk ? static_cast<int64_t>(p) * Dqk + d0 : 0), 4 * dg, okk ? Dqk - d0 : 0, vec);
+    }
+  };
+  // V stage v of tile j: keys [j*kBN + v*kVK, +kVK), value columns [vbase, vbase + kDVT).
+  auto fetch_v = [&](int j, int v) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int g = tid + kThreads * e, key = g / (C::kDVT / 4), cg = g % (C::kDVT / 4);
+      const int p = j * kBN + v * C::kVK + key;
+      const bool ok = p < L;
+      pf[e] = load4(kv_req + (ok ? static_cast<int64_t>(p) * Dqk + vbase : 0), 4 * cg, ok ? d_v - vbase : 0, vec);
+    }
+  };
+  // Qt[d][row] and Kt[d][key]: 64 floats per dim, groups of 4 rows XOR-swizzled by d / 4 so
+  // that the transposing stores are conflict-free and the compute reads stay float4.
+  auto store_qk = [&](float* buf) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int g = tid + kThreads * (e & 1), row = g >> 3, dg = g & 7;
+      float* dst = buf + (e >> 1) * (kDK * kBM) + 4 * ((row >> 2) ^ dg) + (row & 3);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) dst[(4 * dg + k) * kBM] = f4(pf[e], k);
+    }
+  };
+  auto store_v = [&](float* buf) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int g = tid + kThreads * e, key = g / (C::kDVT / 4), cg = g % (C::kDVT / 4);
+      *reinterpret_cast<float4*>(buf + key * C::kDVT + 4 * cg) = pf[e];
+    }
+  };
+
+  float o[4][NJ][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int jj = 0; jj < NJ; ++jj)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o[a][jj][k] = 0.0f;
+  float m_run[4], l_run[4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    m_run[a] = neg_inf();
+    l_run[a] = 0.0f;
+  }
+
+  int cur = 0;
+  fetch_qk(0, 0);
+  for (int j = 0; j < ntiles; ++j) {
+    const int p0 = j * kBN;
+    float s[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) s[a][k] = 0.0f;
+
+    // S = Q K^T over the key dims, one 32-dim stage at a time.
+    for (int st = 0; st < nq; ++st) {
+      float* buf = cur ? stage1 : stage0;
+      store_qk(buf);
+      __syncthreads();
+      if (st + 1 < nq) fetch_qk(j, st + 1);
+      else fetch_v(j, 0);
+      const float* Qt = buf;
+      const float* Kt = buf + kDK * kBM;
+      // Blocked summation: each 32-dim stage sums into t, then into s (f32 dot products
+      // over 576 dims summed in one chain err ~3x more; see docs/ops/verify_attn.md).
+      float t[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) t[a][c] = 0.0f;
+#pragma unroll 8
+      for (int k = 0; k < kDK; ++k) {
+        const int sw = k >> 2;
+        const float4 qa = *reinterpret_cast<const float4*>(Qt + k * kBM + 4 * (ty ^ sw));
+        const float4 kb = *reinterpret_cast<const float4*>(Kt + k * kBM + 4 * (tx ^ sw));
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) t[a][c] = fmaf(f4(qa, a), f4(kb, c), t[a][c]);
+      }
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[a][c] += t[a][c];
+      cur ^= 1;
+    }
+
+    // Mask, scale, online softmax; P to shared memory (this half-warp's rows only).
+    const bool prefix_tile = p0 + kBN <= pl;
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int m = m0 + 4 * ty + a;
+      const bool rv = m < valid_rows;
+      const uint8_t* vrow = vis_req + static_cast<int64_t>(rv ? m / H : 0) * T;
+      float mx = neg_inf();
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        bool visible = rv;
+        if (!prefix_tile && rv) visible = verify_attn_key_visible(pl, tl, vrow, p0 + 4 * tx + c);
+        s[a][c] = visible ? s[a][c] * sm_scale : neg_inf();
+        mx = fmaxf(mx, s[a][c]);
+      }
+#pragma unroll
+      for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
+      const float m_new = fmaxf(m_run[a], mx);
+      const float m_use = m_new == neg_inf() ? 0.0f : m_new;
+      const float alpha = exp2f((m_run[a] - m_use) * kLog2e);
+      m_run[a] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[a][c] = exp2f((s[a][c] - m_use) * kLog2e);
+        sum += s[a][c];
+      }
+      l_run[a] = l_run[a] * alpha + sum;
+#pragma unroll
+      for (int jj = 0; jj < NJ; ++jj)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[a][jj][k] *= alpha;
+    }
+    __syncwarp();  // this warp's reads of Pt (previous tile) are done
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      *reinterpret_cast<float4*>(Pt + (4 * tx + c) * kBM + 4 * ty) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+    __syncwarp();
+
+    // O += P V, kVK keys at a time.
+#pragma unroll 1
+    for (int v = 0; v < NJ; ++v) {
+      float* buf = cur ? stage1 : stage0;
+      store_v(buf);
+      __syncthreads();
+      if (v + 1 < NJ) fetch_v(j, v + 1);
+      else if (j + 1 < ntiles) fetch_qk(j + 1, 0);
+#pragma unroll 2
+      for (int kk = 0; kk < C::kVK; ++kk) {
+        const float4 pp = *reinterpret_cast<const float4*>(Pt + (v * C::kVK + kk) * kBM + 4 * ty);
+#pragma unroll
+        for (int jj = 0; jj < NJ; ++jj) {
+          const float4 vv = *reinterpret_cast<const float4*>(buf + kk * C::kDVT + 64 * jj + 4 * tx);
+#pragma unroll
+          for (int a = 0; a < 4; ++a) {
+            const float pa = f4(pp, a);
+            o[a][jj][0] = fmaf(pa, vv.x, o[a][jj][0]);
+            o[a][jj][1] = fmaf(pa, vv.y, o[a][jj][1]);
+            o[a][jj][2] = fmaf(pa, vv.z, o[a][jj][2]);
+            o[a][jj][3] = fmaf(pa, vv.w, o[a][jj][3]);
+          }
+        }
+      }
+      cur ^= 1;
+    }
+  }
+
+  // Epilogue: the row sums over the half-warp, then out = O / l and lse = m + log(l).
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    float l = l_run[a];
+#pragma unroll
+    for (int off = 1; off < 16; off <<= 1) l += __shfl_xor_sync(kFull, l, off);
+    const int m = m0 + 4 * ty + a;
+    if (m >= M) continue;
+    float* orow = out + (row_base + m) * d_v;
+#pragma unroll
+    for (int jj = 0; jj < NJ; ++jj) {
+      const int col = vbase + 64 * jj + 4 * tx;
+      float r[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) r[k] = l > 0.0f ? o[a][jj][k] / l : 0.0f;
+      if ((d_v & 3) == 0 && col + 4 <= d_v) {
+        *reinterpret_cast<float4*>(orow + col) = make_float4(r[0], r[1], r[2], r[3]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (col + k < d_v && col + k < vbase + C::kDVT) orow[col + k] = r[k];
+      }
+    }
+    if (blockIdx.y == 0 && tx == 0) lse[row_base + m] = l > 0.0f ? m_run[a] + logf(l) : neg_inf();
+  }
+}
+
+}  // namespace simt
+
+// ---------------------------------------------------------------------------------------
+// mma: bf16 tensor-core kernel (mma.sync m16n8k16, f32 accumulation)
+// ---------------------------------------------------------------------------------------
+namespace mma {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; valid == false writes 16 zero bytes and reads
+// nothing (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `row_bytes`
+// (a multiple of 128): chunks are XOR-swizzled by row % 8, so the 8 rows that one
+// ldmatrix 8x8 reads fall in 8 different bank groups.
+__device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
+  return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  uint32_t u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+
+// Tile shapes.  kPv4 selects the warp layout of O = P V: false, 4 x 2 warps (16 rows x
+// DV/2 columns each, the rows of the warp's S tile); true, 2 x 4 warps (32 rows x DV/4
+// columns), which reads V from shared memory half as often (each V fragment feeds two
+// 16-row tiles) at the cost of passing the row rescale factors through shared memory.
+template <int DQK, int DV, bool kPv4>
+struct Cfg {
+  static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK, "tile shape");
+  static constexpr int kChunks = DQK / 8;  // 16-byte chunks per tile row
+  static constexpr int kRowBytes = DQK * 2;
+  static constexpr int kTileBytes = kBM * kRowBytes;  // Q tile; each KV tile has kBN == kBM rows
+  static constexpr int kPRowBytes = kBN * 2;          // 128
+  static constexpr int kPBytes = kBM * kPRowBytes;
+  static constexpr int kKSteps = DQK / 16;
+  static constexpr int kOSub = kPv4 ? 2 : 1;              // 16-row tiles of O per warp
+  static constexpr int kOCols = kPv4 ? DV / 4 : DV / 2;   // value columns of O per warp
+  static constexpr int kONT = kOCols / 8;                 // n-tiles of 8 columns per warp
+  // Q, two KV tiles, P, then floats: row-max and row-sum exchange [2][64] each, the rescale
+  // factors [64] and the final row sums [64].
+  static constexpr size_t kSmem = 3 * static_cast<size_t>(kTileBytes) + kPBytes + 6 * kBM * sizeof(float);
+};
+
+template <int DQK, int DV, bool kPv4>
+__global__ void __launch_bounds__(kThreads, 1)
+    verify_attn_mma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+                           const int32_t* __restrict__ prefix_len, const int32_t* __restrict__ tree_len,
+                           const uint8_t* __restrict__ vis, float sm_scale, int T, int H, int S, int Dqk, int d_v,
+                           int tiles_per_req, float* __restrict__ out, float* __restrict__ lse) {
+  using C = Cfg<DQK, DV, kPv4>;
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  const int b = static_cast<int>(blockIdx.x) / tiles_per_req;
+  const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
+  const int M = T * H;
+  const int pl = prefix_len[b], tl = tree_len[b];
+  const int valid_rows = tl * H, L = pl + tl;
+  const int64_t row_base = static_cast<int64_t>(b) * M;
+  if (m0 >= valid_rows) {
+    write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, 0, d_v, true);
+    return;
+  }
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int wr = warp & 3, wc = warp >> 2, gid = lane >> 2, tig = lane & 3;
+  // O-warp origin: first row (in the block) and first value column.
+  const int orow0 = kPv4 ? (warp & 1) * 32 : wr * 16;
+  const int ocol0 = kPv4 ? (warp >> 1) * C::kOCols : wc * C::kOCols;
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sKV0 = sQ + C::kTileBytes, sKV1 = sQ + 2 * C::kTileBytes;
+  const uint32_t sP = sQ + 3 * C::kTileBytes;
+  uint8_t* const P_bytes = smem + 3 * C::kTileBytes;
+  float* const red_max = reinterpret_cast<float*>(smem + 3 * C::kTileBytes + C::kPBytes);  // [2][kBM]
+  float* const red_sum = red_max + 2 * kBM;                                                // [2][kBM]
+  float* const alpha_s = red_sum + 2 * kBM;                                                // [kBM]
+  float* const l_fin = alpha_s + kBM;                                                      // [kBM]
+
+  const uint16_t* const q_req = q + row_base * Dqk;
+  const uint16_t* const kv_req = kv + static_cast<int64_t>(b) * S * Dqk;
+  const int dchunks = Dqk >> 3;
+
+  // Q tile (rows past the valid ones and dims past Dqk: zeros), then KV tile 0.
+  for (int idx = tid; idx < kBM * C::kChunks; idx += kThreads) {
+    const int row = idx / C::kChunks, ch = idx - row * C::kChunks;
+    const bool ok = m0 + row < valid_rows && ch < dchunks;
+    cp_async16(sQ + swz(row, ch, C::kRowBytes), ok ? q_req + static_cast<int64_t>(m0 + row) * Dqk + ch * 8 : q, ok);
+  }
+  auto load_kv = [&](int tile, uint32_t dst) {
+    const int p0 = tile * kBN;
+    for (int idx = tid; idx < kBN * C::kChunks; idx += kThreads) {
+      const int row = idx / C::kChunks, ch = idx - row * C::kChunks;
+      const bool ok = p0 + row < L && ch < dchunks;
+      cp_async16(dst + swz(row, ch, C::kRowBytes), ok ? kv_req + static_cast<int64_t>(p0 + row) * Dqk + ch * 8 : kv,
+                 ok);
+    }
+  };
+  load_kv(0, sKV0);
+  cp_async_commit();
+
+  // This thread's two S rows (in the block) and their visibility rows.
+  const int rr[2] = {wr * 16 + gid, wr * 16 + gid + 8};
+  bool rv[2];
+  const uint8_t* vrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = m0 + rr[h];
+    rv[h] = m < valid_rows;
+    vrow[h] = vis + (static_cast<int64_t>(b) * T + (rv[h] ? m / H : 0)) * T;
+  }
+
+  float o[C::kOSub][C::kONT][4];
+#pragma unroll
+  for (int u = 0; u < C::kOSub; ++u)
+#pragma unroll
+    for (int n = 0; n < C::kONT; ++n) o[u][n][0] = o[u][n][1] = o[u][n][2] = o[u][n][3] = 0.0f;
+  float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
+
+  const int ntiles = (L + kBN - 1) / kBN;
+  for (int j = 0; j < ntiles; ++j) {
+    cp_async_wait_all();
+    __syncthreads();  // KV tile j (and Q) visible; every warp is done with tile j-1
+    if (j + 1 < ntiles) {
+      load_kv(j + 1, (j & 1) ? sKV0 : sKV1);
+      cp_async_commit();
+    }
+    const uint32_t sK = (j & 1) ? sKV1 : sKV0;
+
+    // S[16 rows, 32 keys] = Q K^T.
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < C::kKSteps; ++ks) {
+      uint32_t a[4];
+      ldsm_x4(sQ + swz(wr * 16 + (lane & 15), ks * 2 + (lane >> 4), C::kRowBytes), a);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t bb[4];
+        ldsm_x4(sK + swz(wc * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1),
+                         C::kRowBytes),
+                bb);
+        mma_bf16(s[2 * np], a, bb[0], bb[1]);
+        mma_bf16(s[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+
+    // Mask and scale; the row max of this warp's 32 keys, exchanged with the partner warp.
+    const int p0 = j * kBN;
+    const bool prefix_tile = p0 + kBN <= pl;
+    float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        bool visible = rv[h];
+        if (!prefix_tile && visible)
+          visible = verify_attn_key_visible(pl, tl, vrow[h], p0 + wc * 32 + n * 8 + 2 * tig + (e & 1));
+        s[n][e] = visible ? s[n][e] * sm_scale : neg_inf();
+        mx[h] = fmaxf(mx[h], s[n][e]);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 2));
+    }
+    if (tig == 0) {
+      red_max[wc * kBM + rr[0]] = mx[0];
+      red_max[wc * kBM + rr[1]] = mx[1];
+    }
+    __syncthreads();
+
+    float m_use[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m_run[h], fmaxf(mx[h], red_max[(wc ^ 1) * kBM + rr[h]]));
+      m_use[h] = m_new == neg_inf() ? 0.0f : m_new;
+      alpha[h] = exp2f((m_run[h] - m_use[h]) * kLog2e);
+      m_run[h] = m_new;
+    }
+    // P = exp(s - m): l sums it in f32; P.V uses it rounded to bf16 (the tensor cores'
+    // input), a relative error of at most 2^-9 per weight in out, none in lse.
+    float lsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float pa = exp2f((s[n][2 * h] - m_use[h]) * kLog2e);
+        const float pb = exp2f((s[n][2 * h + 1] - m_use[h]) * kLog2e);
+        lsum[h] += pa + pb;
+        *reinterpret_cast<uint32_t*>(P_bytes + swz(rr[h], wc * 4 + n, C::kPRowBytes) + 4 * tig) = pack_bf16(pa, pb);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + lsum[h];
+    if (kPv4 && wc == 0 && tig == 0) {
+      alpha_s[rr[0]] = alpha[0];
+      alpha_s[rr[1]] = alpha[1];
+    }
+    __syncthreads();  // P (and the rescale factors) complete
+
+    // O *= alpha (per row), then O += P V[64 keys, this warp's columns].
+#pragma unroll
+    for (int u = 0; u < C::kOSub; ++u) {
+      const float a0 = kPv4 ? alpha_s[orow0 + 16 * u + gid] : alpha[0];
+      const float a1 = kPv4 ? alpha_s[orow0 + 16 * u + gid + 8] : alpha[1];
+#pragma unroll
+      for (int n = 0; n < C::kONT; ++n) {
+        o[u][n][0] *= a0;
+        o[u][n][1] *= a0;
+        o[u][n][2] *= a1;
+        o[u][n][3] *= a1;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kBN / 16; ++ks) {
+      uint32_t a[C::kOSub][4];
+#pragma unroll
+      for (int u = 0; u < C::kOSub; ++u)
+        ldsm_x4(sP + swz(orow0 + 16 * u + (lane & 15), ks * 2 + (lane >> 4), C::kPRowBytes), a[u]);
+#pragma unroll
+      for (int np = 0; np < C::kONT / 2; ++np) {
+        uint32_t bb[4];
+        ldsm_x4_trans(sK + swz(ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), (ocol0 + np * 16) / 8 + (lane >> 4),
+                               C::kRowBytes),
+                      bb);
+#pragma unroll
+        for (int u = 0; u < C::kOSub; ++u) {
+          mma_bf16(o[u][2 * np], a[u], bb[0], bb[1]);
+          mma_bf16(o[u][2 * np + 1], a[u], bb[2], bb[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: full row sums (quad, then partner warp) and lse = m + log(l) from the S
+  // warps; out = O / l from the O warps.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(kFull, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(kFull, l_run[h], 2);
+  }
+  if (tig == 0) {
+    red_sum[wc * kBM + rr[0]] = l_run[0];
+    red_sum[wc * kBM + rr[1]] = l_run[1];
+  }
+  __syncthreads();
+  float l_tot[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_tot[h] = l_run[h] + red_sum[(wc ^ 1) * kBM + rr[h]];
+    const int m = m0 + rr[h];
+    if (wc == 0 && tig == 0) {
+      if (kPv4) l_fin[rr[h]] = l_tot[h];
+      if (m < M) lse[row_base + m] = l_tot[h] > 0.0f ? m_run[h] + logf(l_tot[h]) : neg_inf();
+    }
+  }
+  if (kPv4) __syncthreads();
+#pragma unroll
+  for (int u = 0; u < C::kOSub; ++u)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = orow0 + 16 * u + gid + 8 * h;
+      const int m = m0 + row;
+      if (m >= M) continue;
+      const float l = kPv4 ? l_fin[row] : l_tot[h];
+      float* orow = out + (row_base + m) * d_v;
+#pragma unroll
+      for (int n = 0; n < C::kONT; ++n) {
+        const int col = ocol0 + n * 8 + 2 * tig;
+        const float v0 = l > 0.0f ? o[u][n][2 * h] / l : 0.0f;
+        const float v1 = l > 0.0f ? o[u][n][2 * h + 1] / l : 0.0f;
+        if ((d_v & 1) == 0 && col + 2 <= d_v) {
+          *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
+        } else {
+          if (col < d_v) orow[col] = v0;
+          if (col + 1 < d_v) orow[col + 1] = v1;
+        }
+      }
+    }
+}
+
+}  // namespace mma
+
+// ---------------------------------------------------------------------------------------
+// Instances and host launcher
+// ---------------------------------------------------------------------------------------
+
+// Instance ids (VerifyAttnPlan::instance).
+enum Instance : int {
+  kSimtF32Nj1 = 1, kSimtF32Nj2, kSimtF32Nj4, kSimtF32Nj8,
+  kSimtBf16Nj1, kSimtBf16Nj2, kSimtBf16Nj4, kSimtBf16Nj8,
+  kMmaD128V128, kMmaD576V512, kMmaD128V128Pv4, kMmaD576V512Pv4,
+};
+
+struct InstanceInfo {
+  const void* fn;  // the __global__ function (for cudaFuncSetAttribute / launch)
+  size_t smem;
+  int dvt;         // value columns per block (gridDim.y splits d_v beyond it); 0: all
+  const char* name;
+};
+
+InstanceInfo instance_info(int id) {
+  switch (id) {
+    case kSimtF32Nj1: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 1>), simt::Cfg<1>::kSmem, 64, "simt_f32_dvt64"};
+    case kSimtF32Nj2: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 2>), simt::Cfg<2>::kSmem, 128, "simt_f32_dvt128"};
+    case kSimtF32Nj4: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 4>), simt::Cfg<4>::kSmem, 256, "simt_f32_dvt256"};
+    case kSimtF32Nj8: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 8>), simt::Cfg<8>::kSmem, 512, "simt_f32_dvt512"};
+    case kSimtBf16Nj1: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 1>), simt::Cfg<1>::kSmem, 64, "simt_bf16_dvt64"};
+    case kSimtBf16Nj2: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 2>), simt::Cfg<2>::kSmem, 128, "simt_bf16_dvt128"};
+    case kSimtBf16Nj4: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 4>), simt::Cfg<4>::kSmem, 256, "simt_bf16_dvt256"};
+    case kSimtBf16Nj8: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 8>), simt::Cfg<8>::kSmem, 512, "simt_bf16_dvt512"};
+    case kMmaD128V128: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128, false>), mma::Cfg<128, 128, false>::kSmem, 0, "mma_bf16_dqk128_dv128"};
+    case kMmaD576V512: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512, false>), mma::Cfg<576, 512, false>::kSmem, 0, "mma_bf16_dqk576_dv512"};
+    case kMmaD128V128Pv4: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128, true>), mma::Cfg<128, 128, true>::kSmem, 0, "mma_bf16_dqk128_dv128_pv4"};
+    case kMmaD576V512Pv4: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512, true>), mma::Cfg<576, 512, true>::kSmem, 0, "mma_bf16_dqk576_dv512_pv4"};
+    default: return {nullptr, 0, 0, ""};
+  }
+}
+
+int simt_instance(VerifyAttnInput input, int64_t d_v) {
+  const int nj_index = d_v <= 64 ? 0 : d_v <= 128 ? 1 : d_v <= 256 ? 2 : 3;
+  return (input == VerifyAttnInput::F32 ? kSimtF32Nj1 : kSimtBf16Nj1) + nj_index;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel requested, int device, VerifyAttnPlan* plan) {
+  if (plan == nullptr) return cudaErrorInvalidValue;
+  if (p.B < 0 || p.T < 0 || p.H < 0 || p.S < 0 || p.Dqk < 1 || p.d_v < 1 || p.d_v > p.Dqk) return cudaErrorInvalidValue;
+  if (p.T > kMaxDim || p.H > kMaxDim || p.T * p.H > kMaxDim || p.S > kMaxDim || p.Dqk > kMaxDim)
+    return cudaErrorInvalidValue;
+  const int64_t tiles = ceil_div(p.T * p.H, kBM);
+  if (p.B > 0 && tiles > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
+
+  int mma_id = 0;
+  if (p.input == VerifyAttnInput::BF16 && p.Dqk % 8 == 0) {
+    if (p.Dqk <= 128 && p.d_v <= 128) mma_id = kMmaD128V128;
+    else if (p.Dqk <= 576 && p.d_v <= 512) mma_id = kMmaD576V512;
+  }
+  if (mma_id != 0) {
+    int optin = 0;
+    const cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    if (instance_info(mma_id).smem > static_cast<size_t>(optin)) mma_id = 0;
+  }
+  int id;
+  if (requested == VerifyAttnKernel::Mma || requested == VerifyAttnKernel::MmaPv4) {
+    if (mma_id == 0) return cudaErrorNotSupported;
+    id = requested == VerifyAttnKernel::MmaPv4 ? mma_id + (kMmaD128V128Pv4 - kMmaD128V128) : mma_id;
+  } else if (requested == VerifyAttnKernel::Simt) {
+    id = simt_instance(p.input, p.d_v);
+  } else {
+    id = mma_id != 0 ? mma_id : simt_instance(p.input, p.d_v);
+  }
+  const InstanceInfo info = instance_info(id);
+  if (info.dvt > 0 && ceil_div(p.d_v, info.dvt) > 65535) return cudaErrorInvalidValue;
+  plan->kernel = id >= kMmaD128V128 ? VerifyAttnKernel::Mma : VerifyAttnKernel::Simt;
+  plan->instance = id;
+  plan->smem_bytes = info.smem;
+  plan->name = info.name;
+  return cudaSuccess;
+}
+
+cudaError_t verify_attn_configure(const VerifyAttnPlan& plan) {
+  const InstanceInfo info = instance_info(plan.instance);
+  if (info.fn == nullptr) return cudaErrorInvalidValue;
+  return cudaFuncSetAttribute(info.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(info.smem));
+}
+
+cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream) {
+  const InstanceInfo info = instance_info(plan.instance);
+  if (info.fn == nullptr) return cudaErrorInvalidValue;
+  const int64_t tiles = ceil_div(p.T * p.H, kBM);
+  if (p.B == 0 || tiles == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(p.B * tiles), info.dvt > 0 ? static_cast<unsigned>(ceil_div(p.d_v, info.dvt)) : 1u);
+  const int T = static_cast<int>(p.T), H = static_cast<int>(p.H), S = static_cast<int>(p.S);
+  const int Dqk = static_cast<int>(p.Dqk), d_v = static_cast<int>(p.d_v), tpr = static_cast<int>(tiles);
+  const auto* qf = static_cast<const float*>(p.q);
+  const auto* kvf = static_cast<const float*>(p.kv_cache);
+  const auto* qh = static_cast<const uint16_t*>(p.q);
+  const auto* kvh = static_cast<const uint16_t*>(p.kv_cache);
+  const size_t smem = info.smem;
+#define KDTR_VA_ARGS p.prefix_len, p.tree_len, p.visibility, p.sm_scale, T, H, S, Dqk, d_v, tpr, p.out, p.lse
+  switch (plan.instance) {
+    case kSimtF32Nj1: simt::verify_attn_simt_kernel<float, 1><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
+    case kSimtF32Nj2: simt::verify_attn_simt_kernel<float, 2><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
+    case kSimtF32Nj4: simt::verify_attn_simt_kernel<float, 4><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
+    case kSimtF32Nj8: simt::verify_attn_simt_kernel<float, 8><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
+    case kSimtBf16Nj1: simt::verify_attn_simt_kernel<uint16_t, 1><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kSimtBf16Nj2: simt::verify_attn_simt_kernel<uint16_t, 2><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kSimtBf16Nj4: simt::verify_attn_simt_kernel<uint16_t, 4><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kSimtBf16Nj8: simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128, false><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512, false><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kMmaD128V128Pv4: mma::verify_attn_mma_kernel<128, 128, true><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kMmaD576V512Pv4: mma::verify_attn_mma_kernel<576, 512, true><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    default: return cudaErrorInvalidValue;
+  }
+#undef KDTR_VA_ARGS
+  return cudaGetLastError();
+}
+
+}  // namespace kdtr

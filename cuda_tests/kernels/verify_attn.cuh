@@ -1,0 +1,140 @@
+// verify_attn.cuh -- MLA-absorb tree verify attention: shared helpers and the CPU backend.
+//
+// Contract: docs/ops/verify_attn.md (source: shared/DESIGN.md section 3.3); reference:
+// kdtr/ops/verify_attn.py (float64).  The CUDA kernels are in verify_attn.cu.
+//
+// Shapes: B requests, T tree slots, H heads, S cache rows, Dqk key dims, d_v value dims.
+//   q          [B,T,H,Dqk]  f32 or bf16 (bf16 as its uint16_t bit pattern)
+//   kv_cache   [B,S,Dqk]    same dtype: rows 0..prefix_len-1 the prefix, prefix_len + j
+//                            tree slot j; keys use all Dqk dims, values the first d_v
+//   prefix_len [B] i32, tree_len [B] i32 (node_count + 1), visibility [B,T,T] u8
+//   sm_scale   f32 scalar, d_v i32 scalar
+//   out        [B,T,H,d_v] f32, lse [B,T,H] f32 (natural log of the softmax denominator)
+//
+// Query (b, i, h) with i < tree_len attends to prefix keys 0..prefix_len-1 and to tree
+// key prefix_len + j exactly where visibility[b][i][j] != 0 (j < tree_len).  A row with
+// no visible key, and every padding row i >= tree_len, has out = 0 and lse = -inf.
+// Nothing outside the valid ranges is read: q rows i >= tree_len, cache rows
+// >= prefix_len + tree_len, visibility entries with i or j >= tree_len.
+//
+// The KDTR_HD helpers below (key visibility, bf16 widening, length checks) are shared
+// with the CUDA kernels.  The CPU backend evaluates the contract in double, with the row
+// maximum subtracted, and rounds out and lse to f32 -- the reference's arithmetic.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kdtr_hd.cuh"
+
+namespace kdtr {
+
+// Exact widening of a bf16 bit pattern to float.
+KDTR_HD inline float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+// Element widening used by the kernels and the CPU backend: f32 as is, bf16 exactly.
+KDTR_HD inline float verify_attn_widen(float x) { return x; }
+KDTR_HD inline float verify_attn_widen(uint16_t bf16_bits) { return bf16_bits_to_float(bf16_bits); }
+
+// Whether a request's lengths are valid for T slots and S cache rows (docs: input errors).
+KDTR_HD inline bool verify_attn_lengths_ok(int64_t prefix_len, int64_t tree_len, int64_t T, int64_t S) {
+  return prefix_len >= 0 && tree_len >= 0 && tree_len <= T && prefix_len <= S - tree_len;
+}
+
+// Whether key position p (0 <= p) is visible to tree row i of a request, for i < tree_len.
+// vis_row points at visibility[b][i][0]; only entries j < tree_len are read.
+KDTR_HD inline bool verify_attn_key_visible(int64_t prefix_len, int64_t tree_len, const uint8_t* vis_row, int64_t p) {
+  if (p < prefix_len) return true;
+  const int64_t j = p - prefix_len;
+  return j < tree_len && vis_row[j] != 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU backend
+// ---------------------------------------------------------------------------------------
+
+// One request: q [T,H,Dqk], kv [S,Dqk], vis [T,T]; writes out [T,H,d_v] and lse [T,H]
+// (every element).  Lengths must satisfy verify_attn_lengths_ok.  `keys` is scratch.
+template <class In>
+inline void verify_attn_request_cpu(const In* q, const In* kv, int32_t prefix_len, int32_t tree_len,
+                                    const uint8_t* vis, int64_t T, int64_t H, int64_t Dqk, int64_t d_v,
+                                    float sm_scale, float* out, float* lse, std::vector<double>& keys) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const int64_t L = static_cast<int64_t>(prefix_len) + tree_len;
+  // Padding rows first (and everything when the tree is empty).
+  for (int64_t i = tree_len; i < T; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      lse[i * H + h] = -std::numeric_limits<float>::infinity();
+      for (int64_t v = 0; v < d_v; ++v) out[(i * H + h) * d_v + v] = 0.0f;
+    }
+  if (tree_len == 0) return;
+
+  keys.resize(static_cast<size_t>(L * Dqk));
+  for (int64_t k = 0; k < L * Dqk; ++k) keys[static_cast<size_t>(k)] = verify_attn_widen(kv[k]);
+  const double scale = static_cast<double>(sm_scale);
+  std::vector<double> qrow(static_cast<size_t>(Dqk)), score(static_cast<size_t>(L)), acc(static_cast<size_t>(d_v));
+  std::vector<uint8_t> visible(static_cast<size_t>(L));
+
+  for (int64_t i = 0; i < tree_len; ++i) {
+    const uint8_t* vis_row = vis + i * T;
+    for (int64_t p = 0; p < L; ++p) visible[static_cast<size_t>(p)] = verify_attn_key_visible(prefix_len, tree_len, vis_row, p);
+    for (int64_t h = 0; h < H; ++h) {
+      const In* qr = q + (i * H + h) * Dqk;
+      for (int64_t k = 0; k < Dqk; ++k) qrow[static_cast<size_t>(k)] = verify_attn_widen(qr[k]);
+      double m = neg_inf;
+      for (int64_t p = 0; p < L; ++p) {
+        if (!visible[static_cast<size_t>(p)]) continue;
+        const double* kp = keys.data() + p * Dqk;
+        double dot = 0.0;
+        for (int64_t k = 0; k < Dqk; ++k) dot += qrow[static_cast<size_t>(k)] * kp[k];
+        const double s = scale * dot;
+        score[static_cast<size_t>(p)] = s;
+        if (s > m) m = s;
+      }
+      float* o = out + (i * H + h) * d_v;
+      if (m == neg_inf) {  // no visible key
+        lse[i * H + h] = -std::numeric_limits<float>::infinity();
+        for (int64_t v = 0; v < d_v; ++v) o[v] = 0.0f;
+        continue;
+      }
+      double denom = 0.0;
+      for (int64_t v = 0; v < d_v; ++v) acc[static_cast<size_t>(v)] = 0.0;
+      for (int64_t p = 0; p < L; ++p) {
+        if (!visible[static_cast<size_t>(p)]) continue;
+        const double w = std::exp(score[static_cast<size_t>(p)] - m);
+        denom += w;
+        const double* vp = keys.data() + p * Dqk;
+        for (int64_t v = 0; v < d_v; ++v) acc[static_cast<size_t>(v)] += w * vp[v];
+      }
+      lse[i * H + h] = static_cast<float>(m + std::log(denom));
+      for (int64_t v = 0; v < d_v; ++v) o[v] = static_cast<float>(acc[static_cast<size_t>(v)] / denom);
+    }
+  }
+}
+
+// CPU backend: the whole batch, row-major tensors as in the golden (In = float or the
+// uint16_t bits of bf16).  Every request's lengths must satisfy verify_attn_lengths_ok.
+template <class In>
+inline void verify_attn_cpu(const In* q, const In* kv_cache, const int32_t* prefix_len, const int32_t* tree_len,
+                            const uint8_t* visibility, int64_t B, int64_t T, int64_t H, int64_t S, int64_t Dqk,
+                            int64_t d_v, float sm_scale, float* out, float* lse) {
+  std::vector<double> keys;
+  for (int64_t b = 0; b < B; ++b)
+    verify_attn_request_cpu(q + b * T * H * Dqk, kv_cache + b * S * Dqk, prefix_len[b], tree_len[b],
+                            visibility + b * T * T, T, H, Dqk, d_v, sm_scale, out + b * T * H * d_v,
+                            lse + b * T * H, keys);
+}
+
+}  // namespace kdtr
