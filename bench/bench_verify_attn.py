@@ -446,7 +446,8 @@ def main() -> int:
         cmd = "python3 " + " ".join(shlex.quote(a) for a in [str(Path(sys.argv[0]))] + sys.argv[1:])
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         with open(args.out, "a", encoding="utf-8") as f:
-            f.write(f"\n### verify_attn, {date}, {gpu}\n\nCommand: `{cmd}` (torch {torch.__version__})\n\n{text}")
+            f.write(f"\n## verify_attn: kernel vs torch SDPA at Kimi K2 dims ({date})\n\n"
+                    f"Command: `{cmd}`  \nMachine: {gpu}, torch {torch.__version__}\n\n{text}")
     return 0
 
 

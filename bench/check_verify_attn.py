@@ -163,7 +163,7 @@ def main() -> int:
             tol = tolerance(x)
             runs = [(b, "auto") for b in backends]
             if "cuda" in backends:
-                runs += [("cuda", "simt"), ("cuda", "mma"), ("cuda", "mma_pv4")]
+                runs += [("cuda", "simt"), ("cuda", "mma")]
             for backend, kernel in runs:
                 status, msg = check(Path(args.bin), backend, kernel, golden, x, ref_out, ref_lse, tol, tmp)
                 # mma must run wherever the kernel claims it applies (bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512)

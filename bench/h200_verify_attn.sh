@@ -56,13 +56,9 @@ G=golden/verify_attn
 for g in $G/*.kdtr; do san memcheck "$g" auto; done
 san memcheck $G/small_bf16.kdtr simt
 san memcheck $G/k2_dims_bf16.kdtr simt
-san memcheck $G/k2_dims_bf16.kdtr mma_pv4
-san memcheck $G/small_bf16.kdtr mma_pv4
 san racecheck $G/small_bf16.kdtr auto
 san racecheck $G/k2_dims_bf16.kdtr auto
 san racecheck $G/k2_dims_bf16.kdtr simt
-san racecheck $G/k2_dims_bf16.kdtr mma_pv4
-san racecheck $G/small_bf16.kdtr mma_pv4
 san racecheck $G/ragged.kdtr auto
 san initcheck $G/k2_dims_bf16.kdtr auto
 san initcheck $G/k2_dims_fp32.kdtr auto

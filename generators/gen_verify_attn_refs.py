@@ -137,7 +137,9 @@ def tolerances(x: dict[str, np.ndarray]) -> dict[str, Contract]:
     out atol = max(1e-5, 2 u32 S V), lse atol = max(1e-5, 8 u32 S) and lse rtol = 4 u32;
     the 1e-5 floor is the fp32 target. With bf16 inputs a kernel may round the softmax
     weights P to bf16 for the P.V tensor-core product (relative error 2^-9 per weight,
-    measured worst 4.5e-3 at V ~ 4.3): out atol adds 2^-8 V. lse is not affected by that.
+    measured worst 4.5e-3 at V ~ 4.3): out atol adds 2^-8 V. lse is not affected by that,
+    but the f32 sum of L exponentials has a relative error ~ sqrt(L) u32: lse atol is at
+    least 4 u32 sqrt(L) (1.5e-5 at L = 4161, where the H200 kernels measured 8.4e-6).
     """
     d_v = int(x["d_v"])
     vmax = 1.0
@@ -146,12 +148,14 @@ def tolerances(x: dict[str, np.ndarray]) -> dict[str, Contract]:
         if rows.size:
             vmax = max(vmax, float(np.abs(rows.astype(np.float64)).max()))
     smax = max(1.0, max_abs_score(x))
+    lmax = int((x["prefix_len"] + x["tree_len"]).max())
     out_atol = max(1e-5, 2 * U32 * smax * vmax)
     if x["q"].dtype != np.float32:
         out_atol += U_BF16 * vmax
     return {
         "out": Contract("allclose", atol=float(out_atol), rtol=0.0, nan="fail"),
-        "lse": Contract("allclose", atol=float(max(1e-5, 8 * U32 * smax)), rtol=float(4 * U32), nan="fail"),
+        "lse": Contract("allclose", atol=float(max(1e-5, 8 * U32 * smax, 4 * U32 * np.sqrt(lmax))), rtol=float(4 * U32),
+                        nan="fail"),
     }
 
 

@@ -18,8 +18,9 @@
 //   mma  (bf16 inputs): 8 warps, Q tile (64 x Dqk) and two KV tiles (64 x Dqk, cp.async
 //        double buffer) in shared memory, XOR-swizzled 16-byte chunks for conflict-free
 //        ldmatrix.  Warp (r, c), r = warp % 4, c = warp / 4: S[rows 16r.., keys 32c..] =
-//        Q K^T with mma.sync m16n8k16 (bf16 in, f32 accumulate); the row max is exchanged
-//        with the partner warp through shared memory; P (bf16) goes to shared memory; then
+//        Q K^T with mma.sync m16n8k16 (bf16 in, f32 accumulate, two chains over the key
+//        dims); the row max is exchanged with the partner warp through shared memory; P
+//        (bf16) goes to shared memory while l sums the unrounded f32 weights; then
 //        O[rows 16r.., value cols c*DV/2 ..] += P V with the same mma, V read from the KV
 //        tile already in shared memory (values are its first d_v columns).  The d_v = 512
 //        accumulator is split over the two warp columns: 128 f32 registers per thread.
@@ -28,8 +29,9 @@
 //        rows x 4*NJ value columns of O; the 16 threads of a half-warp own whole rows, so
 //        row reductions are shuffles.  Q/K are staged 32 dims at a time (transposed,
 //        swizzled) and V 64/NJ keys at a time, through a register prefetch one stage ahead
-//        and a double-buffered stage in shared memory.  d_v > 512 splits value columns
-//        over gridDim.y (S recomputed per split).
+//        and a double-buffered stage in shared memory.  Sums are blocked for accuracy:
+//        each 32-dim stage of Q K^T, and each 64-key tile of P V (added to a running O kept
+//        in shared memory).  d_v > 512 splits value columns over gridDim.y (S recomputed).
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -104,7 +106,8 @@ struct Cfg {
   static constexpr int kVK = 64 / NJ;    // keys per V stage (kVK * kDVT = 4096 floats)
   static constexpr int kStageFloats = 2 * kDK * kBM;  // Qt + Kt = 4096 floats
   static_assert(kVK * kDVT == kStageFloats, "a V stage fills one stage buffer");
-  static constexpr size_t kSmem = (2 * kStageFloats + kBN * kBM) * sizeof(float);  // 48 KiB
+  // Two stage buffers, P, and the running O: 4 * NJ float4 per thread, [4 * NJ][kThreads].
+  static constexpr size_t kSmem = (2 * kStageFloats + kBN * kBM + 16 * NJ * kThreads) * sizeof(float);
 };
 
 template <class In, int NJ>
@@ -118,6 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const stage0 = smem_f;
   float* const stage1 = smem_f + C::kStageFloats;
   float* const Pt = smem_f + 2 * C::kStageFloats;  // [key][row], P of the current tile
+  // The running O of this thread's 4 rows x 4*NJ columns, rescaled and added to once per
+  // tile: the registers o sum one tile's 64 keys (blocked summation keeps the f32 error of
+  // P V over thousands of keys at the 1e-5 target, docs/ops/verify_attn.md).
+  float4* const Ot = reinterpret_cast<float4*>(Pt + kBN * kBM);
 
   const int b = static_cast<int>(blockIdx.x) / tiles_per_req;
   const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
@@ -197,6 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int a = 0; a < 4; ++a) {
     m_run[a] = neg_inf();
     l_run[a] = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < NJ; ++jj) Ot[(a * NJ + jj) * kThreads + tid] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
   int cur = 0;
@@ -271,9 +280,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       l_run[a] = l_run[a] * alpha + sum;
 #pragma unroll
-      for (int jj = 0; jj < NJ; ++jj)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) o[a][jj][k] *= alpha;
+      for (int jj = 0; jj < NJ; ++jj) {  // this thread's own slots: no barrier needed
+        float4& t = Ot[(a * NJ + jj) * kThreads + tid];
+        t = make_float4(t.x * alpha, t.y * alpha, t.z * alpha, t.w * alpha);
+      }
     }
     __syncwarp();  // this warp's reads of Pt (previous tile) are done
 #pragma unroll
@@ -307,6 +317,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       cur ^= 1;
     }
+    // Running O += this tile's sums; o restarts from zero.
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int jj = 0; jj < NJ; ++jj) {
+        float4& t = Ot[(a * NJ + jj) * kThreads + tid];
+        t = make_float4(t.x + o[a][jj][0], t.y + o[a][jj][1], t.z + o[a][jj][2], t.w + o[a][jj][3]);
+        o[a][jj][0] = o[a][jj][1] = o[a][jj][2] = o[a][jj][3] = 0.0f;
+      }
   }
 
   // Epilogue: the row sums over the half-warp, then out = O / l and lse = m + log(l).
@@ -321,9 +340,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int jj = 0; jj < NJ; ++jj) {
       const int col = vbase + 64 * jj + 4 * tx;
+      const float4 t = Ot[(a * NJ + jj) * kThreads + tid];
+      const float acc[4] = {t.x, t.y, t.z, t.w};
       float r[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) r[k] = l > 0.0f ? o[a][jj][k] / l : 0.0f;
+      for (int k = 0; k < 4; ++k) r[k] = l > 0.0f ? acc[k] / l : 0.0f;
       if ((d_v & 3) == 0 && col + 4 <= d_v) {
         *reinterpret_cast<float4*>(orow + col) = make_float4(r[0], r[1], r[2], r[3]);
       } else {
@@ -389,11 +410,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return u;
 }
 
-// Tile shapes.  kPv4 selects the warp layout of O = P V: false, 4 x 2 warps (16 rows x
-// DV/2 columns each, the rows of the warp's S tile); true, 2 x 4 warps (32 rows x DV/4
-// columns), which reads V from shared memory half as often (each V fragment feeds two
-// 16-row tiles) at the cost of passing the row rescale factors through shared memory.
-template <int DQK, int DV, bool kPv4>
+// Tile shapes.  Warp (wr, wc), wr = warp % 4, wc = warp / 4, owns S rows 16 wr.. x keys
+// 32 wc.. and O rows 16 wr.. x value columns wc DV/2 ...  (A 2 x 4 layout for O, 32 rows x
+// DV/4 columns per warp, halves the V fragment loads but measured no faster: 1.309 vs
+// 1.319 ms at K2 dims, docs/ops/verify_attn.md.)
+template <int DQK, int DV>
 struct Cfg {
   static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK, "tile shape");
   static constexpr int kChunks = DQK / 8;  // 16-byte chunks per tile row
@@ -402,21 +423,20 @@ struct Cfg {
   static constexpr int kPRowBytes = kBN * 2;          // 128
   static constexpr int kPBytes = kBM * kPRowBytes;
   static constexpr int kKSteps = DQK / 16;
-  static constexpr int kOSub = kPv4 ? 2 : 1;              // 16-row tiles of O per warp
-  static constexpr int kOCols = kPv4 ? DV / 4 : DV / 2;   // value columns of O per warp
-  static constexpr int kONT = kOCols / 8;                 // n-tiles of 8 columns per warp
-  // Q, two KV tiles, P, then floats: row-max and row-sum exchange [2][64] each, the rescale
-  // factors [64] and the final row sums [64].
-  static constexpr size_t kSmem = 3 * static_cast<size_t>(kTileBytes) + kPBytes + 6 * kBM * sizeof(float);
+  static constexpr int kKHalf = kKSteps / 2;   // S accumulates k-steps [0, kKHalf) and the rest apart
+  static constexpr int kOCols = DV / 2;        // value columns of O per warp
+  static constexpr int kONT = kOCols / 8;      // n-tiles of 8 columns per warp
+  // Q, two KV tiles, P, then the row-max and row-sum exchange, [2][64] floats each.
+  static constexpr size_t kSmem = 3 * static_cast<size_t>(kTileBytes) + kPBytes + 4 * kBM * sizeof(float);
 };
 
-template <int DQK, int DV, bool kPv4>
+template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
     verify_attn_mma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
                            const int32_t* __restrict__ prefix_len, const int32_t* __restrict__ tree_len,
                            const uint8_t* __restrict__ vis, float sm_scale, int T, int H, int S, int Dqk, int d_v,
                            int tiles_per_req, float* __restrict__ out, float* __restrict__ lse) {
-  using C = Cfg<DQK, DV, kPv4>;
+  using C = Cfg<DQK, DV>;
   extern __shared__ __align__(128) uint8_t smem[];
 
   const int b = static_cast<int>(blockIdx.x) / tiles_per_req;
@@ -432,17 +452,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wr = warp & 3, wc = warp >> 2, gid = lane >> 2, tig = lane & 3;
-  // O-warp origin: first row (in the block) and first value column.
-  const int orow0 = kPv4 ? (warp & 1) * 32 : wr * 16;
-  const int ocol0 = kPv4 ? (warp >> 1) * C::kOCols : wc * C::kOCols;
+  const int ocol0 = wc * C::kOCols;  // this warp's first value column
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sKV0 = sQ + C::kTileBytes, sKV1 = sQ + 2 * C::kTileBytes;
   const uint32_t sP = sQ + 3 * C::kTileBytes;
   uint8_t* const P_bytes = smem + 3 * C::kTileBytes;
   float* const red_max = reinterpret_cast<float*>(smem + 3 * C::kTileBytes + C::kPBytes);  // [2][kBM]
   float* const red_sum = red_max + 2 * kBM;                                                // [2][kBM]
-  float* const alpha_s = red_sum + 2 * kBM;                                                // [kBM]
-  float* const l_fin = alpha_s + kBM;                                                      // [kBM]
 
   const uint16_t* const q_req = q + row_base * Dqk;
   const uint16_t* const kv_req = kv + static_cast<int64_t>(b) * S * Dqk;
@@ -466,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_kv(0, sKV0);
   cp_async_commit();
 
-  // This thread's two S rows (in the block) and their visibility rows.
+  // This thread's two rows (in the block) and their visibility rows.
   const int rr[2] = {wr * 16 + gid, wr * 16 + gid + 8};
   bool rv[2];
   const uint8_t* vrow[2];
@@ -477,11 +493,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     vrow[h] = vis + (static_cast<int64_t>(b) * T + (rv[h] ? m / H : 0)) * T;
   }
 
-  float o[C::kOSub][C::kONT][4];
+  float o[C::kONT][4];
 #pragma unroll
-  for (int u = 0; u < C::kOSub; ++u)
-#pragma unroll
-    for (int n = 0; n < C::kONT; ++n) o[u][n][0] = o[u][n][1] = o[u][n][2] = o[u][n][3] = 0.0f;
+  for (int n = 0; n < C::kONT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
 
   const int ntiles = (L + kBN - 1) / kBN;
@@ -494,10 +508,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const uint32_t sK = (j & 1) ? sKV1 : sKV0;
 
-    // S[16 rows, 32 keys] = Q K^T.
-    float s[4][4];
+    // S[16 rows, 32 keys] = Q K^T, in two chains over the key dims summed at the end: the
+    // tensor cores' f32 accumulation drifts with the number of accumulate steps and the
+    // accumulator's size (lse error at K2 dims 1.4e-5 with one chain, docs/ops/verify_attn.md).
+    float s[4][4], s2[4][4];
 #pragma unroll
-    for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = s2[n][e] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < C::kKSteps; ++ks) {
       uint32_t a[4];
@@ -508,10 +526,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         ldsm_x4(sK + swz(wc * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1),
                          C::kRowBytes),
                 bb);
-        mma_bf16(s[2 * np], a, bb[0], bb[1]);
-        mma_bf16(s[2 * np + 1], a, bb[2], bb[3]);
+        if (ks < C::kKHalf) {
+          mma_bf16(s[2 * np], a, bb[0], bb[1]);
+          mma_bf16(s[2 * np + 1], a, bb[2], bb[3]);
+        } else {
+          mma_bf16(s2[2 * np], a, bb[0], bb[1]);
+          mma_bf16(s2[2 * np + 1], a, bb[2], bb[3]);
+        }
       }
     }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] += s2[n][e];
 
     // Mask and scale; the row max of this warp's 32 keys, exchanged with the partner warp.
     const int p0 = j * kBN;
@@ -561,48 +588,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + lsum[h];
-    if (kPv4 && wc == 0 && tig == 0) {
-      alpha_s[rr[0]] = alpha[0];
-      alpha_s[rr[1]] = alpha[1];
-    }
-    __syncthreads();  // P (and the rescale factors) complete
+    __syncthreads();  // P complete
 
-    // O *= alpha (per row), then O += P V[64 keys, this warp's columns].
+    // O *= alpha (per row), then O += P[16 rows, 64 keys] V[64 keys, this warp's columns].
 #pragma unroll
-    for (int u = 0; u < C::kOSub; ++u) {
-      const float a0 = kPv4 ? alpha_s[orow0 + 16 * u + gid] : alpha[0];
-      const float a1 = kPv4 ? alpha_s[orow0 + 16 * u + gid + 8] : alpha[1];
-#pragma unroll
-      for (int n = 0; n < C::kONT; ++n) {
-        o[u][n][0] *= a0;
-        o[u][n][1] *= a0;
-        o[u][n][2] *= a1;
-        o[u][n][3] *= a1;
-      }
+    for (int n = 0; n < C::kONT; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
     }
 #pragma unroll
     for (int ks = 0; ks < kBN / 16; ++ks) {
-      uint32_t a[C::kOSub][4];
-#pragma unroll
-      for (int u = 0; u < C::kOSub; ++u)
-        ldsm_x4(sP + swz(orow0 + 16 * u + (lane & 15), ks * 2 + (lane >> 4), C::kPRowBytes), a[u]);
+      uint32_t a[4];
+      ldsm_x4(sP + swz(wr * 16 + (lane & 15), ks * 2 + (lane >> 4), C::kPRowBytes), a);
 #pragma unroll
       for (int np = 0; np < C::kONT / 2; ++np) {
         uint32_t bb[4];
         ldsm_x4_trans(sK + swz(ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), (ocol0 + np * 16) / 8 + (lane >> 4),
                                C::kRowBytes),
                       bb);
-#pragma unroll
-        for (int u = 0; u < C::kOSub; ++u) {
-          mma_bf16(o[u][2 * np], a[u], bb[0], bb[1]);
-          mma_bf16(o[u][2 * np + 1], a[u], bb[2], bb[3]);
-        }
+        mma_bf16(o[2 * np], a, bb[0], bb[1]);
+        mma_bf16(o[2 * np + 1], a, bb[2], bb[3]);
       }
     }
   }
 
-  // Epilogue: full row sums (quad, then partner warp) and lse = m + log(l) from the S
-  // warps; out = O / l from the O warps.
+  // Epilogue: full row sums (quad, then partner warp), out = O / l, lse = m + log(l).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(kFull, l_run[h], 1);
@@ -613,39 +625,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     red_sum[wc * kBM + rr[1]] = l_run[1];
   }
   __syncthreads();
-  float l_tot[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l_tot[h] = l_run[h] + red_sum[(wc ^ 1) * kBM + rr[h]];
     const int m = m0 + rr[h];
-    if (wc == 0 && tig == 0) {
-      if (kPv4) l_fin[rr[h]] = l_tot[h];
-      if (m < M) lse[row_base + m] = l_tot[h] > 0.0f ? m_run[h] + logf(l_tot[h]) : neg_inf();
-    }
-  }
-  if (kPv4) __syncthreads();
+    if (m >= M) continue;
+    const float l = l_run[h] + red_sum[(wc ^ 1) * kBM + rr[h]];
+    float* orow = out + (row_base + m) * d_v;
 #pragma unroll
-  for (int u = 0; u < C::kOSub; ++u)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = orow0 + 16 * u + gid + 8 * h;
-      const int m = m0 + row;
-      if (m >= M) continue;
-      const float l = kPv4 ? l_fin[row] : l_tot[h];
-      float* orow = out + (row_base + m) * d_v;
-#pragma unroll
-      for (int n = 0; n < C::kONT; ++n) {
-        const int col = ocol0 + n * 8 + 2 * tig;
-        const float v0 = l > 0.0f ? o[u][n][2 * h] / l : 0.0f;
-        const float v1 = l > 0.0f ? o[u][n][2 * h + 1] / l : 0.0f;
-        if ((d_v & 1) == 0 && col + 2 <= d_v) {
-          *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
-        } else {
-          if (col < d_v) orow[col] = v0;
-          if (col + 1 < d_v) orow[col + 1] = v1;
-        }
+    for (int n = 0; n < C::kONT; ++n) {
+      const int col = ocol0 + n * 8 + 2 * tig;
+      const float v0 = l > 0.0f ? o[n][2 * h] / l : 0.0f;
+      const float v1 = l > 0.0f ? o[n][2 * h + 1] / l : 0.0f;
+      if ((d_v & 1) == 0 && col + 2 <= d_v) {
+        *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
+      } else {
+        if (col < d_v) orow[col] = v0;
+        if (col + 1 < d_v) orow[col + 1] = v1;
       }
     }
+    if (wc == 0 && tig == 0) lse[row_base + m] = l > 0.0f ? m_run[h] + logf(l) : neg_inf();
+  }
 }
 
 }  // namespace mma
@@ -658,7 +657,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 enum Instance : int {
   kSimtF32Nj1 = 1, kSimtF32Nj2, kSimtF32Nj4, kSimtF32Nj8,
   kSimtBf16Nj1, kSimtBf16Nj2, kSimtBf16Nj4, kSimtBf16Nj8,
-  kMmaD128V128, kMmaD576V512, kMmaD128V128Pv4, kMmaD576V512Pv4,
+  kMmaD128V128, kMmaD576V512,
 };
 
 struct InstanceInfo {
@@ -678,10 +677,8 @@ InstanceInfo instance_info(int id) {
     case kSimtBf16Nj2: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 2>), simt::Cfg<2>::kSmem, 128, "simt_bf16_dvt128"};
     case kSimtBf16Nj4: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 4>), simt::Cfg<4>::kSmem, 256, "simt_bf16_dvt256"};
     case kSimtBf16Nj8: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 8>), simt::Cfg<8>::kSmem, 512, "simt_bf16_dvt512"};
-    case kMmaD128V128: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128, false>), mma::Cfg<128, 128, false>::kSmem, 0, "mma_bf16_dqk128_dv128"};
-    case kMmaD576V512: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512, false>), mma::Cfg<576, 512, false>::kSmem, 0, "mma_bf16_dqk576_dv512"};
-    case kMmaD128V128Pv4: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128, true>), mma::Cfg<128, 128, true>::kSmem, 0, "mma_bf16_dqk128_dv128_pv4"};
-    case kMmaD576V512Pv4: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512, true>), mma::Cfg<576, 512, true>::kSmem, 0, "mma_bf16_dqk576_dv512_pv4"};
+    case kMmaD128V128: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128>), mma::Cfg<128, 128>::kSmem, 0, "mma_bf16_dqk128_dv128"};
+    case kMmaD576V512: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512>), mma::Cfg<576, 512>::kSmem, 0, "mma_bf16_dqk576_dv512"};
     default: return {nullptr, 0, 0, ""};
   }
 }
@@ -715,9 +712,9 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
     if (instance_info(mma_id).smem > static_cast<size_t>(optin)) mma_id = 0;
   }
   int id;
-  if (requested == VerifyAttnKernel::Mma || requested == VerifyAttnKernel::MmaPv4) {
+  if (requested == VerifyAttnKernel::Mma) {
     if (mma_id == 0) return cudaErrorNotSupported;
-    id = requested == VerifyAttnKernel::MmaPv4 ? mma_id + (kMmaD128V128Pv4 - kMmaD128V128) : mma_id;
+    id = mma_id;
   } else if (requested == VerifyAttnKernel::Simt) {
     id = simt_instance(p.input, p.d_v);
   } else {
@@ -761,10 +758,8 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
     case kSimtBf16Nj2: simt::verify_attn_simt_kernel<uint16_t, 2><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
     case kSimtBf16Nj4: simt::verify_attn_simt_kernel<uint16_t, 4><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
     case kSimtBf16Nj8: simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128, false><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512, false><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kMmaD128V128Pv4: mma::verify_attn_mma_kernel<128, 128, true><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kMmaD576V512Pv4: mma::verify_attn_mma_kernel<576, 512, true><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
     default: return cudaErrorInvalidValue;
   }
 #undef KDTR_VA_ARGS

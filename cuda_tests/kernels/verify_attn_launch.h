@@ -24,9 +24,8 @@ enum class VerifyAttnInput : int { F32 = 0, BF16 = 1 };
 //   Mma:  bf16 tensor cores (mma.sync m16n8k16, f32 accumulation) for bf16 inputs with
 //         Dqk % 8 == 0, Dqk <= 576 and d_v <= 512 (instances for Dqk <= 128 / d_v <= 128
 //         and for the Kimi K2 dims Dqk = 576, d_v = 512).
-//   MmaPv4: Mma with the 2 x 4 warp layout for P V (experimental).
 //   Auto: Mma where it applies, else Simt.
-enum class VerifyAttnKernel : int { Auto = 0, Simt = 1, Mma = 2, MmaPv4 = 3 };
+enum class VerifyAttnKernel : int { Auto = 0, Simt = 1, Mma = 2 };
 
 // One launch's data.  All pointers are device pointers to row-major tensors: q
 // [B,T,H,Dqk] and kv_cache [B,S,Dqk] (float, or uint16_t bf16 bits), prefix_len [B],

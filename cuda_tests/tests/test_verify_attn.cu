@@ -143,9 +143,9 @@ std::string run_cpu(const Inputs& in, Outputs& out, int repeat) {
 std::string kernel_option(const kdtr::cli::Args& args) {
   auto it = args.extra.find("kernel");
   const std::string k = it == args.extra.end() ? "auto" : it->second;
-  if (k != "auto" && k != "simt" && k != "mma" && k != "mma_pv4")
+  if (k != "auto" && k != "simt" && k != "mma")
     kdtr::cli::die(kdtr::cli::EXIT_USAGE,
-                   "--kernel must be auto, simt, mma or mma_pv4, not '" + k + "'; " + kdtr::cli::Args::usage(kProg, {"kernel"}));
+                   "--kernel must be auto, simt or mma, not '" + k + "'; " + kdtr::cli::Args::usage(kProg, {"kernel"}));
   if (k != "auto" && !args.cuda())
     kdtr::cli::die(kdtr::cli::EXIT_USAGE,
                    "--kernel " + k + " applies to --backend cuda only; " + kdtr::cli::Args::usage(kProg, {"kernel"}));
@@ -169,10 +169,9 @@ std::string run_cuda(const Inputs& in, Outputs& out, const kdtr::cli::Args& args
   p.d_v = in.d_v;
   p.sm_scale = in.sm_scale;
   kdtr::VerifyAttnPlan plan;
-  const kdtr::VerifyAttnKernel requested = kernel == "simt"      ? kdtr::VerifyAttnKernel::Simt
-                                           : kernel == "mma"     ? kdtr::VerifyAttnKernel::Mma
-                                           : kernel == "mma_pv4" ? kdtr::VerifyAttnKernel::MmaPv4
-                                                                 : kdtr::VerifyAttnKernel::Auto;
+  const kdtr::VerifyAttnKernel requested = kernel == "simt"  ? kdtr::VerifyAttnKernel::Simt
+                                           : kernel == "mma" ? kdtr::VerifyAttnKernel::Mma
+                                                             : kdtr::VerifyAttnKernel::Auto;
   const cudaError_t perr = kdtr::verify_attn_plan(p, requested, args.device, &plan);
   if (perr == cudaErrorNotSupported)
     kdtr::cli::die(kdtr::cli::EXIT_NOT_SUPPORTED,
