@@ -2,6 +2,7 @@
 # On the H200 device machine (see docs/conformance.md): build with nvcc, run every golden on
 # both backends, then compute-sanitizer over the CUDA binary of every op on every golden.
 # Logs go to $OUT (default ./h200-out). Python deps missing there come as wheels in .whl/.
+# KDTR_STEPS="build run sanitize" (default all three) picks the steps;
 # KDTR_OPS="tree_accept tree_build" limits the build, the run and the sanitizer to those ops
 # (default: every op with goldens); KDTR_TIER=all adds the second-tier goldens to the run.
 set -uo pipefail
@@ -25,14 +26,21 @@ export COLUMNS=120 PYTHONUNBUFFERED=1
 OPS=${KDTR_OPS:-$(ls golden | grep -v MANIFEST | grep -v known_failures)}
 targets="build/bin/kdtr_check"; only=""
 for op in $OPS; do targets="$targets build/bin/kdtr_$op"; only="$only --only $op"; done
-make clean >/dev/null
-make -j8 $targets 2>&1 | tee "$OUT/build.log" || exit 1
+STEPS=${KDTR_STEPS:-build run sanitize}
+if [[ " $STEPS " == *" build "* ]]; then
+  make clean >/dev/null
+  make -j8 $targets 2>&1 | tee "$OUT/build.log" || exit 1
+fi
+if [[ " $STEPS " == *" run "* ]]; then
+  python3 -m runners.cli run -j 8 --timeout 300 --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
+  cp reports/conformance.md "$OUT/conformance.md"
+  cp reports/junit.xml "$OUT/junit.xml"
+  python3 tools/error_table.py reports/conformance.json > "$OUT/errors.md"
+fi
+[[ " $STEPS " == *" sanitize "* ]] || exit 0
 
-python3 -m runners.cli run -j 8 --timeout 300 --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
-cp reports/conformance.md "$OUT/conformance.md"
-cp reports/junit.xml "$OUT/junit.xml"
-
-: > "$OUT/sanitizer.log"
+san_log="$OUT/sanitizer-$(echo ${SANITIZER_TOOLS:-all} | tr ' ' '-').log"
+: > "$san_log"
 fails=0
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
   for golden in $(for op in $OPS; do ls golden/$op/*.kdtr; done); do
@@ -44,8 +52,8 @@ for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
     line=$(compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$bin" --input "$golden" \
              --output /tmp/san.kdtr --backend cuda 2>&1 | tail -1)
     rc=${PIPESTATUS[0]}
-    echo "$tool $op/$(basename "$golden" .kdtr) rc=$rc :: $line" | tee -a "$OUT/sanitizer.log"
+    echo "$tool $op/$(basename "$golden" .kdtr) rc=$rc :: $line" | tee -a "$san_log"
     [ "$rc" = 0 ] || fails=$((fails + 1))
   done
 done
-echo "sanitizer failures: $fails" | tee -a "$OUT/sanitizer.log"
+echo "sanitizer failures: $fails" | tee -a "$san_log"
