@@ -196,6 +196,20 @@ int run_main(int argc, char** argv, const std::string& prog, Body&& body,
 // ---------------------------------------------------------------------------------------
 
 // The golden's `config` metadata, if present (copied into the output file as-is).
+// N, the maximum budget, from a golden's int metadata "max_budget" (no input shape implies
+// it; outputs have T = N + 1 slots).  Exits 2 naming the file when it is missing, not an
+// int, or outside [0, max_n].
+inline int64_t read_max_budget(const File& g, int64_t max_n) {
+  const MetaValue* v = g.find_metadata("max_budget");
+  const std::string what = g.path() + ": metadata max_budget: ";
+  if (v == nullptr) die(EXIT_USAGE, what + "missing (N, the maximum budget; the outputs have T = N + 1 slots)");
+  const int64_t* n = std::get_if<int64_t>(v);
+  if (n == nullptr) die(EXIT_USAGE, what + "must be an int, not a " + meta_type_name(*v));
+  if (*n < 0 || *n > max_n)
+    die(EXIT_USAGE, what + std::to_string(*n) + " is outside [0, " + std::to_string(max_n) + "]");
+  return *n;
+}
+
 inline const MetaValue* golden_config(const File& golden) { return golden.find_metadata("config"); }
 
 // Require dims to fit the int range kernels index with; die(EXIT_USAGE) otherwise.

@@ -133,20 +133,6 @@ struct Outputs {
   throw kdtr::Error(kdtr::ErrorCode::InvalidArgument, g.path(), tensor, kdtr::NO_OFFSET, detail);
 }
 
-// N from the golden's metadata "max_budget": an int in [0, kMaxN].
-int64_t read_max_budget(const kdtr::File& g) {
-  const kdtr::MetaValue* v = g.find_metadata("max_budget");
-  const std::string what = g.path() + ": metadata max_budget: ";
-  if (v == nullptr)
-    kdtr::cli::die(kdtr::cli::EXIT_USAGE,
-                   what + "missing (N, the maximum budget; the outputs have T = N + 1 slots)");
-  const int64_t* n = std::get_if<int64_t>(v);
-  if (n == nullptr)
-    kdtr::cli::die(kdtr::cli::EXIT_USAGE, what + "must be an int, not a " + kdtr::meta_type_name(*v));
-  if (*n < 0 || *n > kMaxN)
-    kdtr::cli::die(kdtr::cli::EXIT_USAGE, what + std::to_string(*n) + " is outside [0, " + std::to_string(kMaxN) + "]");
-  return *n;
-}
 
 // Every input, checked against the others; anything the kernels trust is validated here.
 Inputs read_inputs(const kdtr::File& g) {
@@ -164,7 +150,7 @@ Inputs read_inputs(const kdtr::File& g) {
   in.root_token_ids = g.get<int64_t>("input.root_token_ids", {in.B});
   in.budget = g.get<int32_t>("input.budget", {in.B});
   in.depth_limit = g.get<int32_t>("input.depth_limit", {in.B});
-  in.N = read_max_budget(g);
+  in.N = kdtr::cli::read_max_budget(g, kMaxN);
   in.T = in.N + 1;
   // The visibility buffer holds B * T * T bytes: refuse what cannot even be addressed.
   if (in.B > 0 && in.T > INT64_MAX / in.T / in.B)
