@@ -233,6 +233,9 @@ def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
             if not disk.exists():
                 report.drifts.append(Drift(rel, "missing", "generated but absent from golden/"))
                 continue
+            if not disk.is_file():
+                report.drifts.append(Drift(rel, "unreadable", "not a regular file"))
+                continue
             if rel in listed and sha256_of(disk) != listed[rel]["sha256"]:
                 report.drifts.append(Drift(rel, "hash", "file on disk does not match its manifest sha256"))
             if rel in listed:

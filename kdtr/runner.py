@@ -23,6 +23,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -225,6 +226,37 @@ def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     return res
 
 
+_ACTIVE: set[subprocess.Popen] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run_binary(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run a test binary in its own process group; on timeout kill the whole group
+    (a wrapper script or a sanitizer leaves no orphans) and raise TimeoutExpired."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True)
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(proc)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(proc)
+
+
 def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
     try:
         golden = kformat.load(case.golden)
@@ -233,6 +265,9 @@ def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
     op = golden.metadata.get("op")
     if op != case.op:
         return "ERROR", f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
+    config = golden.metadata.get("config")
+    if config != case.config:
+        return "ERROR", f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
     binary = cfg.bin_dir / f"kdtr_{case.op}"
     if not binary.exists():
         return "ERROR", f"binary {binary} not found (run `make`)"
@@ -245,9 +280,7 @@ def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
         cmd += ["--device", str(cfg.device)]
     res.command = cmd
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=cfg.timeout, stdin=subprocess.DEVNULL, errors="replace"
-        )
+        proc = _run_binary(cmd, cfg.timeout)
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         res.stderr = _tail(err)
@@ -297,7 +330,8 @@ def run_all(
     """Run cases on ``jobs`` threads (each waits on a subprocess); results in case order."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[Case, CaseResult] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         futures = {pool.submit(run_case, c, cfg): c for c in cases}
         for fut in as_completed(futures):
             c = futures[fut]
@@ -308,6 +342,13 @@ def run_all(
             results[c] = r
             if on_done:
                 on_done(r)
+    except BaseException:  # Ctrl-C: drop queued cases, kill the running binaries
+        pool.shutdown(wait=False, cancel_futures=True)
+        with _ACTIVE_LOCK:
+            for proc in list(_ACTIVE):
+                _kill_group(proc)
+        raise
+    pool.shutdown(wait=True)
     return [results[c] for c in cases]
 
 

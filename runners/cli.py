@@ -9,6 +9,7 @@ case error or drift, 2 usage or harness error (one line on stderr).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import click
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -27,7 +29,9 @@ from kdtr.contract import Contract
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
 
-console = Console(highlight=False, soft_wrap=True)
+# Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160))
 
 STATUS_STYLE = {
     "PASS": "green",
@@ -52,7 +56,7 @@ def _root_path(value: str | None, default: Path) -> Path:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kdtr")
 def main() -> None:
-    """kdtr: golden-file conformance for DDTree kernels (tree_build, verify_attn, tree_accept)."""
+    """kdtr: golden-file conformance for DDTree kernels (tree_build, verify_attn, tree_accept, greedy_step)."""
 
 
 def gpu_description() -> str:
@@ -95,6 +99,8 @@ def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir,
 
         chosen = runner.select(found, only, known_ops=set(GENERATORS) | {g[0] for g in found})
         cases = runner.shard(runner.plan(chosen, backends or runner.BACKENDS), shard)
+        if not cases:
+            raise runner.UsageError(f"--shard {shard}: this shard selects no case (there are fewer cases than shards)")
         cfg = runner.RunConfig(
             golden_dir=gdir,
             bin_dir=_root_path(bin_dir, root / "build" / "bin"),
@@ -115,7 +121,7 @@ def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir,
 
         def done(r: runner.CaseResult) -> None:
             if r.status in runner.FAILING:
-                progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {r.case.id}")
+                progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {escape(r.case.id)}")
             progress.update(task, advance=1, description=r.case.id)
 
         results = runner.run_all(cases, cfg, jobs, on_done=done)
@@ -123,7 +129,7 @@ def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir,
     console.print(results_table(results))
     skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == "NOT_SUPPORTED"})
     for backend, reason in skipped:
-        console.print(f"[dim]{backend}: NOT_SUPPORTED: {reason}[/]")
+        console.print(f"[dim]{backend}: NOT_SUPPORTED: {escape(reason)}[/]")
     for r in results:
         if r.status in runner.FAILING or r.status == "WAIVED":
             console.print("\n".join(report.mismatch_lines(r)), markup=False)
@@ -148,7 +154,7 @@ def results_table(results: list[runner.CaseResult]) -> Table:
         rows.setdefault((r.case.op, r.case.config), {})[r.case.backend] = r
     for (op, config), row in rows.items():
         cells = [f"[{STATUS_STYLE[row[b].status]}]{row[b].status}[/]" if b in row else "" for b in backends]
-        table.add_row(op, config, *cells, f"{max(r.seconds for r in row.values()):.2f}s")
+        table.add_row(escape(op), escape(config), *cells, f"{max(r.seconds for r in row.values()):.2f}s")
     return table
 
 
@@ -163,7 +169,7 @@ def regen(check, golden_dir) -> None:
             fail_usage(f"golden directory {gdir} does not exist")
         rep = goldens.check(gdir)
         for d in rep.drifts:
-            console.print(f"[red]DRIFT[/] {d}", markup=True)
+            console.print(f"[red]DRIFT[/] {escape(str(d))}")
         if rep.ok:
             console.print(f"[green]no drift[/]: {rep.checked} goldens regenerate byte for byte")
             sys.exit(0)
@@ -197,10 +203,10 @@ def _open(path: str, verify: bool = True) -> kformat.KdtrFile:
 def inspect(file, no_verify, values) -> None:
     """Show a KDTR file's metadata, tensors and comparison contracts."""
     f = _open(file, verify=not no_verify)
-    console.print(f"[bold]{file}[/]  KDTR {f.version[0]}.{f.version[1]}")
+    console.print(f"[bold]{escape(str(file))}[/]  KDTR {f.version[0]}.{f.version[1]}")
     meta = Table("key", "value", title="metadata")
     for k, v in f.metadata.items():
-        meta.add_row(k, repr(v))
+        meta.add_row(escape(k), escape(repr(v)))
     console.print(meta)
     tens = Table("name", "dtype", "shape", "bytes", "min", "max", title="tensors")
     for name, arr in f.tensors.items():
@@ -208,7 +214,7 @@ def inspect(file, no_verify, values) -> None:
         if arr.size and (arr.dtype.kind in "iub" or arr.dtype.kind == "f" or name_of_dtype(arr.dtype) == "bf16"):
             a = arr.astype(np.float64)
             lo, hi = f"{np.nanmin(a):.6g}", f"{np.nanmax(a):.6g}"
-        tens.add_row(name, name_of_dtype(arr.dtype), str(list(arr.shape)), str(arr.nbytes), lo, hi)
+        tens.add_row(escape(name), name_of_dtype(arr.dtype), str(list(arr.shape)), str(arr.nbytes), lo, hi)
     console.print(tens)
     if values:
         for name, arr in f.tensors.items():
@@ -242,7 +248,7 @@ def diff(expected, actual) -> None:
         res = compare(name, exp, a.tensors.get(name), contract)
         ok &= res.ok
         style = "green" if res.ok else "red"
-        console.print(f"[{style}]{res.summary()}[/]")
+        console.print(f"[{style}]{escape(res.summary())}[/]")
         for el in res.first:
             console.print(f"    {el.where()}: expected {el.expected}, actual {el.actual}", markup=False)
     sys.exit(0 if ok else 1)
@@ -267,9 +273,25 @@ def list_(golden_dir) -> None:
             tier = getattr(cfg, "tier", "committed")
             present = path.exists() if tier == "committed" else (gdir / ".cache" / op / f"{name}.kdtr").exists()
             size = f"{path.stat().st_size / 1024:.1f} KiB" if path.exists() else ""
-            table.add_row(op, name, tier, "yes" if present else "[red]missing[/]", size, has_bin, cfg.description)
+            table.add_row(op, name, tier, "yes" if present else "[red]missing[/]", size, has_bin, escape(cfg.description))
     console.print(table)
 
 
+def entry() -> None:
+    """Console-script entry point: click's usage errors as one line on stderr, exit 2."""
+    try:
+        main(standalone_mode=False, prog_name="kdtr")
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "kdtr"
+        click.echo(f"{where}: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"kdtr: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("kdtr: interrupted", err=True)
+        sys.exit(130)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

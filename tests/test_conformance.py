@@ -320,3 +320,17 @@ def test_greedy_step_binary_input_errors_name_the_tensor(repo_root, tmp_path):
         r = run_bin(binary, "--input", str(bad), "--output", str(out))
         assert r.returncode == 2 and f"metadata {key}" in r.stderr, (key, value, r.stderr)
         assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--input", "x.kdtr", "--output", "y.kdtr", "--bogus"], "unknown option --bogus"),
+        (["--input", "x.kdtr", "--output", "x.kdtr"], "must differ from --input"),
+        (["--input", "a.kdtr", "--input", "b.kdtr", "--output", "c.kdtr"], "given twice"),
+        (["--input", "a.kdtr", "--output", "c.kdtr", "--repeat", "0"], "--repeat"),
+    ],
+)
+def test_binary_argument_errors(binary, args, words):
+    r = run_bin(binary, *args)
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -103,3 +103,10 @@ def test_check_detects_a_metadata_reorder(gdir, monkeypatch):
     monkeypatch.setattr(gen_accept_refs, "generate", reordered)
     r = check(gdir)
     assert r.exit_code == 1 and "tree_accept/chain.kdtr: bytes" in r.output
+
+
+def test_check_reports_a_directory_in_place_of_a_golden(gdir):
+    (gdir / "tree_accept" / "wide.kdtr").unlink()
+    (gdir / "tree_accept" / "wide.kdtr").mkdir()
+    r = check(gdir)
+    assert r.exit_code == 1 and "tree_accept/wide.kdtr: unreadable: not a regular file" in r.output

@@ -251,3 +251,65 @@ def test_select_unit():
     assert runner.select(g, ["tree_accept/b"]) == [g[1]]
     with pytest.raises(runner.UsageError):
         runner.select(g, ["x/y"])
+
+
+def test_timeout_kills_the_whole_process_group(env):
+    tmp_path, gdir, bdir = env
+    pidfile = tmp_path / "child.pid"
+    shim = bdir / "kdtr_tree_accept"
+    shim.write_text(f"#!/bin/sh\nsleep 60 >/dev/null 2>&1 &\necho $! > {pidfile}\nwait\n")
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain", timeout="1")
+    assert r.exit_code == 1 and report_cases(tmp_path)["tree_accept/chain@cpu"]["status"] == "TIMEOUT"
+    child = int(pidfile.read_text())
+    import time as _time
+
+    for _ in range(50):  # the killed child may take a moment to be reaped by init
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        _time.sleep(0.1)
+    else:
+        pytest.fail(f"child {child} of the timed-out binary is still running")
+
+
+def test_config_metadata_must_match_the_file_name(env):
+    tmp_path, gdir, bdir = env
+    shutil.copy(gdir / "tree_accept" / "default.kdtr", gdir / "tree_accept" / "renamed.kdtr")
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/renamed")
+    case = report_cases(tmp_path)["tree_accept/renamed@cpu"]
+    assert r.exit_code == 1 and case["status"] == "ERROR" and "does not match the file name" in case["reason"]
+
+
+def test_empty_shard_is_a_usage_error(env):
+    tmp_path, gdir, bdir = env
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--shard", "40/40")
+    assert r.exit_code == 2 and "selects no case" in r.output
+
+
+def test_reports_are_world_readable(env):
+    tmp_path, gdir, bdir = env
+    invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
+    for name in ("conformance.json", "junit.xml", "conformance.md"):
+        assert (tmp_path / "reports" / name).stat().st_mode & 0o044 == 0o044, name
+
+
+@pytest.mark.parametrize("args", [["run", "--backend", "tpu"], ["inspect", "/no/such/file.kdtr"], ["nosuch"],
+                                  ["run", "-j", "0"]])
+def test_console_script_usage_errors_are_one_line(args, repo_root):
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", "from runners.cli import entry; entry()", *args],
+                       capture_output=True, text=True, cwd=repo_root, timeout=60)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "error" in p.stderr, p.stderr
+
+
+def test_markup_like_names_are_shown_verbatim(tmp_path):
+    path = tmp_path / "odd.kdtr"
+    kdtr.save(path, {"input.[/]": np.zeros(2, np.int32), "x[bold]y": np.ones(1, np.int8)}, {"k[/]": "[red]v"})
+    r = CliRunner().invoke(main, ["inspect", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0
+    assert "input.[/]" in r.output and "x[bold]y" in r.output and "k[/]" in r.output and "[red]v" in r.output
+    r = CliRunner().invoke(main, ["diff", str(path), str(path)], catch_exceptions=False)
+    assert r.exit_code == 0 and "x[bold]y: ok (exact)" in r.output

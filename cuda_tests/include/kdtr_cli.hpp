@@ -98,6 +98,7 @@ struct Args {
     Args a;
     a.prog = prog;
     const std::set<std::string> extras(extra_options.begin(), extra_options.end());
+    std::set<std::string> seen;
     auto bad = [&](const std::string& why) { die(EXIT_USAGE, why + "; " + usage(prog, extra_options)); };
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -113,9 +114,14 @@ struct Args {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
       } else {
+        const bool known = name == "input" || name == "output" || name == "backend" || name == "device" ||
+                           name == "repeat" || extras.count(name) > 0;
+        if (!known) bad("unknown option --" + name);
         if (i + 1 >= argc) bad("option --" + name + " needs a value");
         value = argv[++i];
       }
+      if (seen.count(name)) bad("option --" + name + " given twice");
+      seen.insert(name);
       if (name == "input") a.input = value;
       else if (name == "output") a.output = value;
       else if (name == "backend") a.backend = value;
@@ -126,6 +132,7 @@ struct Args {
     }
     if (a.input.empty()) bad("--input is required");
     if (a.output.empty()) bad("--output is required");
+    if (a.output == a.input) bad("--output must differ from --input (the golden would be overwritten)");
     if (a.backend != "cpu" && a.backend != "cuda") bad("--backend must be cpu or cuda, not '" + a.backend + "'");
     return a;
   }
