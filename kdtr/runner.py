@@ -177,6 +177,17 @@ def load_known_failures(golden_dir: Path) -> dict[str, str]:
     return data
 
 
+def stale_waivers(known_failures: dict[str, str], goldens: list[tuple[str, str, Path]]) -> list[str]:
+    """Waiver keys that name no golden (or an unknown backend): typos or leftovers."""
+    ids = {f"{op}/{cfg}" for op, cfg, _ in goldens}
+    stale = []
+    for key in known_failures:
+        case, _, backend = key.partition("@")
+        if case not in ids or (backend and backend not in BACKENDS):
+            stale.append(key)
+    return stale
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -223,6 +234,8 @@ def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     if waiver and res.status in FAILING:
         res.reason = f"waived ({waiver}); was {res.status}: {res.reason}"
         res.status = "WAIVED"
+    elif waiver and res.status == "PASS":
+        res.reason = f"passes although waived ({waiver}): remove it from {KNOWN_FAILURES}"
     return res
 
 

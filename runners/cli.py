@@ -113,6 +113,8 @@ def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir,
         fail_usage(str(exc))
         return
 
+    for key in runner.stale_waivers(cfg.known_failures, found):
+        click.echo(f"kdtr: warning: {runner.KNOWN_FAILURES}: {key!r} names no golden or backend", err=True)
     with Progress(
         TextColumn("[bold]kdtr run"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.description}"), console=console, transient=True,
@@ -232,6 +234,10 @@ def diff(expected, actual) -> None:
     are compared exactly. Exit 0 if all match, 1 otherwise.
     """
     e, a = _open(expected), _open(actual)
+    if e.metadata.get("op") and a.metadata.get("op") and e.metadata["op"] != a.metadata["op"]:
+        fail_usage(f"{expected} is op {e.metadata['op']!r} but {actual} is op {a.metadata['op']!r}")
+    if not any(k.startswith("expected.") for k in e.tensors) and any(k.startswith("expected.") for k in a.tensors):
+        fail_usage(f"{actual} is a golden: give it first (kdtr diff GOLDEN OUTPUT)")
     if any(k.startswith("expected.") for k in e.tensors):
         pairs = [(k[len("expected."):], v) for k, v in e.tensors.items() if k.startswith("expected.")]
     else:

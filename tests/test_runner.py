@@ -313,3 +313,24 @@ def test_markup_like_names_are_shown_verbatim(tmp_path):
     assert "input.[/]" in r.output and "x[bold]y" in r.output and "k[/]" in r.output and "[red]v" in r.output
     r = CliRunner().invoke(main, ["diff", str(path), str(path)], catch_exceptions=False)
     assert r.exit_code == 0 and "x[bold]y: ok (exact)" in r.output
+
+
+def test_stale_and_needless_waivers_are_reported(env):
+    tmp_path, gdir, bdir = env
+    (gdir / "known_failures.json").write_text(json.dumps({"tree_accept/chain@cpu": "old bug", "tree_accept/nosuch": "typo"}))
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
+    assert r.exit_code == 0
+    assert "'tree_accept/nosuch' names no golden" in r.output
+    assert "passes although waived" in report_cases(tmp_path)["tree_accept/chain@cpu"]["reason"]
+
+
+def test_diff_refuses_swapped_or_foreign_files(repo_root, tmp_path):
+    golden = repo_root / "golden" / "tree_accept" / "default.kdtr"
+    out = tmp_path / "out.kdtr"
+    g = kdtr.load(golden)
+    kdtr.save(out, {k[9:]: np.array(v) for k, v in g.tensors.items() if k.startswith("expected.")}, {"op": "tree_accept"})
+    r = CliRunner().invoke(main, ["diff", str(out), str(golden)])
+    assert r.exit_code == 2 and "give it first" in r.output
+    kdtr.save(out, {"status": np.zeros(4, np.int32)}, {"op": "tree_build"})
+    r = CliRunner().invoke(main, ["diff", str(golden), str(out)])
+    assert r.exit_code == 2 and "is op 'tree_accept'" in r.output
