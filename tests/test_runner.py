@@ -334,3 +334,34 @@ def test_diff_refuses_swapped_or_foreign_files(repo_root, tmp_path):
     kdtr.save(out, {"status": np.zeros(4, np.int32)}, {"op": "tree_build"})
     r = CliRunner().invoke(main, ["diff", str(golden), str(out)])
     assert r.exit_code == 2 and "is op 'tree_accept'" in r.output
+
+
+def test_ctrl_c_stops_the_run_and_its_binaries(env, repo_root):
+    import signal as _signal
+    import subprocess
+    import time as _time
+
+    tmp_path, gdir, bdir = env
+    pidfile = tmp_path / "pids"
+    shim = bdir / "kdtr_tree_accept"
+    shim.write_text(f"#!/bin/sh\necho $$ >> {pidfile}\nexec sleep 30\n")
+    p = subprocess.Popen(
+        [sys.executable, "-c", "from runners.cli import entry; entry()", "run", "--golden-dir", str(gdir),
+         "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"), "--backend", "cpu", "-j", "1"],
+        cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        _time.sleep(0.1)
+    p.send_signal(_signal.SIGINT)
+    try:
+        p.communicate(timeout=20)  # 11 queued cases x 30 s if the queue were not dropped
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail("kdtr run did not stop on Ctrl-C")
+    assert p.returncode != 0
+    for pid in map(int, pidfile.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            for _ in range(50):
+                os.kill(pid, 0)
+                _time.sleep(0.1)
