@@ -99,6 +99,23 @@ inline constexpr uint64_t NO_OFFSET = std::numeric_limits<uint64_t>::max();
 
 // One code per defect.  The format codes (BadMagic .. BadBoolValue) are those of
 // docs/kdtr-format.md section 3; the rest are raised by this library's API.
+// `s` with control characters (NUL and line breaks included, which names in a KDTR file
+// may hold) written as \xNN -- and, with escape_backslash, '\' too, so the result is
+// unambiguous -- for one-line messages and listings.
+inline std::string escape_control(const std::string& s, bool escape_backslash = false) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f || (escape_backslash && c == '\\')) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 enum class ErrorCode {
   BadMagic,
   UnsupportedVersion,

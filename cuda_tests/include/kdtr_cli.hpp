@@ -152,19 +152,7 @@ struct Args {
 
 // One line, whatever the message holds: control characters (NUL and line breaks included,
 // which names in a KDTR file may contain) become \xNN.
-inline std::string one_line(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
+inline std::string one_line(const std::string& s) { return escape_control(s); }
 
 // Run `body(args)` with the binary's error protocol: Failure -> its code; kdtr::Error ->
 // EXIT_USAGE as "<ErrorCodeName>: <what()>"; std::bad_alloc and any other exception ->

@@ -24,19 +24,7 @@ namespace {
 
 const char* const kUsage = "usage: kdtr_check [--no-verify] FILE | kdtr_check [--no-verify] --copy IN OUT";
 
-std::string escape_name(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
+std::string escape_name(const std::string& s) { return kdtr::escape_control(s, true); }
 
 std::string json_string(const std::string& s) {
   std::string out = "\"";
@@ -95,19 +83,7 @@ void copy(const kdtr::File& f, const std::string& out) {
 
 // Messages quote names from the file, which may hold any valid UTF-8, NUL and line
 // breaks included: control characters become \xNN so the message stays one whole line.
-std::string one_line(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
+std::string one_line(const std::string& s) { return kdtr::escape_control(s); }
 
 // One line on stderr: "<prefix><message>\n".
 void error_line(const std::string& prefix, const std::string& message) {
