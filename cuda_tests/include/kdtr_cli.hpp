@@ -191,10 +191,26 @@ int run_main(int argc, char** argv, const std::string& prog, Body&& body,
 // ---------------------------------------------------------------------------------------
 
 // The golden's `config` metadata, if present (copied into the output file as-is).
+// Outputs are pre-filled with this byte so that an element a kernel forgets to write cannot
+// pass a comparison by luck (0x5a is neither 0 nor 1; 0x5a5a5a5a is not -1 or an index,
+// and as a float it is 1.5e16).
+constexpr uint8_t kPoison = 0x5a;
+
+// A host vector of n elements, every byte kPoison.
+template <class T>
+std::vector<T> poisoned(size_t n) {
+  T value;
+  std::memset(&value, kPoison, sizeof value);
+  return std::vector<T>(n, value);
+}
+
+// Largest maximum budget N: slot indices are int32 and T = N + 1 must stay below 2^31 - 1.
+constexpr int64_t kMaxBudget = 0x7ffffffeLL;
+
 // N, the maximum budget, from a golden's int metadata "max_budget" (no input shape implies
 // it; outputs have T = N + 1 slots).  Exits 2 naming the file when it is missing, not an
 // int, or outside [0, max_n].
-inline int64_t read_max_budget(const File& g, int64_t max_n) {
+inline int64_t read_max_budget(const File& g, int64_t max_n = kMaxBudget) {
   const MetaValue* v = g.find_metadata("max_budget");
   const std::string what = g.path() + ": metadata max_budget: ";
   if (v == nullptr) die(EXIT_USAGE, what + "missing (N, the maximum budget; the outputs have T = N + 1 slots)");

@@ -60,13 +60,9 @@ namespace {
 
 constexpr const char* kProg = "kdtr_greedy_step";
 
-// Outputs are pre-filled with this byte so that an element the chain forgets to write
-// cannot pass a comparison by luck (0x5a is neither 0 nor 1; 0x5a5a5a5a is not -1 or an
-// index, and as a float it is 1.5e16).
-constexpr uint8_t kPoison = 0x5a;
+using kdtr::cli::kPoison;
+using kdtr::cli::poisoned;
 
-// Largest N accepted by tree_build: slot indices are int32, T = N + 1 < 2^31.
-constexpr int64_t kMaxN = 0x7ffffffeLL;
 
 // Dims verify_attn's kernels index with int (in-request) and int64 (global) arithmetic.
 constexpr uint64_t kMaxAttnDim = 1ULL << 30;
@@ -106,26 +102,20 @@ struct Outputs {
     const size_t b = static_cast<size_t>(in.B), bt = static_cast<size_t>(in.B * in.T);
     const size_t btt = static_cast<size_t>(in.B * in.T * in.T);
     const size_t bth = static_cast<size_t>(in.B * in.T * in.H);
-    int32_t p32;
-    int64_t p64;
-    float pf;
-    std::memset(&p32, kPoison, sizeof p32);
-    std::memset(&p64, kPoison, sizeof p64);
-    std::memset(&pf, kPoison, sizeof pf);
-    node_count.assign(b, p32);
-    node_token_ids.assign(bt, p64);
-    node_depths.assign(bt, p32);
-    parents.assign(bt, p32);
-    next_token.assign(bt, p32);
-    next_sibling.assign(bt, p32);
-    visibility.assign(btt, kPoison);
-    build_status.assign(b, p32);
-    out.assign(bth * static_cast<size_t>(in.d_v), pf);
-    lse.assign(bth, pf);
-    accepted_count.assign(b, p32);
-    accepted_path.assign(bt, p32);
-    proposed.assign(bt, p64);
-    accept_status.assign(b, p32);
+    node_count = poisoned<int32_t>(b);
+    node_token_ids = poisoned<int64_t>(bt);
+    node_depths = poisoned<int32_t>(bt);
+    parents = poisoned<int32_t>(bt);
+    next_token = poisoned<int32_t>(bt);
+    next_sibling = poisoned<int32_t>(bt);
+    visibility = poisoned<uint8_t>(btt);
+    build_status = poisoned<int32_t>(b);
+    out = poisoned<float>(bth * static_cast<size_t>(in.d_v));
+    lse = poisoned<float>(bth);
+    accepted_count = poisoned<int32_t>(b);
+    accepted_path = poisoned<int32_t>(bt);
+    proposed = poisoned<int64_t>(bt);
+    accept_status = poisoned<int32_t>(b);
   }
 };
 
@@ -150,7 +140,7 @@ Inputs read_inputs(const kdtr::File& g) {
   in.root_token_ids = g.get<int64_t>("input.root_token_ids", {in.B});
   in.budget = g.get<int32_t>("input.budget", {in.B});
   in.depth_limit = g.get<int32_t>("input.depth_limit", {in.B});
-  in.N = kdtr::cli::read_max_budget(g, kMaxN);
+  in.N = kdtr::cli::read_max_budget(g);
   in.T = in.N + 1;
   // The visibility buffer holds B * T * T bytes: refuse what cannot even be addressed.
   if (in.B > 0 && in.T > INT64_MAX / in.T / in.B)

@@ -29,9 +29,8 @@ namespace {
 
 constexpr const char* kProg = "kdtr_tree_accept";
 
-// Outputs are pre-filled with this byte so that a slot the op forgets to write cannot
-// pass the exact comparison by luck (0x5a5a5a5a is not -1 and not a small index).
-constexpr uint8_t kPoison = 0x5a;
+using kdtr::cli::kPoison;
+using kdtr::cli::poisoned;
 
 struct Inputs {
   int64_t B = 0, T = 0;
@@ -47,14 +46,10 @@ struct Outputs {
   std::vector<int64_t> proposed;
   Outputs(int64_t B, int64_t T) {
     const size_t b = static_cast<size_t>(B), bt = static_cast<size_t>(B * T);
-    int32_t p32;
-    int64_t p64;
-    std::memset(&p32, kPoison, sizeof p32);
-    std::memset(&p64, kPoison, sizeof p64);
-    accepted_count.assign(b, p32);
-    accepted_path.assign(bt, p32);
-    status.assign(b, p32);
-    proposed.assign(bt, p64);
+    accepted_count = poisoned<int32_t>(b);
+    accepted_path = poisoned<int32_t>(bt);
+    status = poisoned<int32_t>(b);
+    proposed = poisoned<int64_t>(bt);
   }
 };
 

@@ -32,12 +32,9 @@ namespace {
 
 constexpr const char* kProg = "kdtr_tree_build";
 
-// Outputs are pre-filled with this byte so that an element the op forgets to write cannot
-// pass the exact comparison by luck (0x5a is neither 0 nor 1, 0x5a5a5a5a not -1 or an index).
-constexpr uint8_t kPoison = 0x5a;
+using kdtr::cli::kPoison;
+using kdtr::cli::poisoned;
 
-// Largest N accepted: slot indices are int32 and T = N + 1 must stay below 2^31 - 1.
-constexpr int64_t kMaxN = 0x7ffffffeLL;
 
 struct Inputs {
   int64_t B = 0, D = 0, K = 0, N = 0, T = 0;
@@ -54,18 +51,14 @@ struct Outputs {
   std::vector<uint8_t> visibility;
   Outputs(int64_t B, int64_t T) {
     const size_t b = static_cast<size_t>(B), bt = static_cast<size_t>(B * T), btt = static_cast<size_t>(B * T * T);
-    int32_t p32;
-    int64_t p64;
-    std::memset(&p32, kPoison, sizeof p32);
-    std::memset(&p64, kPoison, sizeof p64);
-    node_count.assign(b, p32);
-    node_token_ids.assign(bt, p64);
-    node_depths.assign(bt, p32);
-    parents.assign(bt, p32);
-    next_token.assign(bt, p32);
-    next_sibling.assign(bt, p32);
-    visibility.assign(btt, kPoison);
-    status.assign(b, p32);
+    node_count = poisoned<int32_t>(b);
+    node_token_ids = poisoned<int64_t>(bt);
+    node_depths = poisoned<int32_t>(bt);
+    parents = poisoned<int32_t>(bt);
+    next_token = poisoned<int32_t>(bt);
+    next_sibling = poisoned<int32_t>(bt);
+    visibility = poisoned<uint8_t>(btt);
+    status = poisoned<int32_t>(b);
   }
 };
 
@@ -85,7 +78,7 @@ Inputs read_inputs(const kdtr::File& g) {
   in.root_token_ids = g.get<int64_t>("input.root_token_ids", {in.B});
   in.budget = g.get<int32_t>("input.budget", {in.B});
   in.depth_limit = g.get<int32_t>("input.depth_limit", {in.B});
-  in.N = kdtr::cli::read_max_budget(g, kMaxN);
+  in.N = kdtr::cli::read_max_budget(g);
   in.T = in.N + 1;
   // The visibility output holds B * T * T bytes: refuse what cannot even be addressed.
   if (in.B > 0 && in.T > INT64_MAX / in.T / in.B)

@@ -34,9 +34,8 @@ namespace {
 
 constexpr const char* kProg = "kdtr_verify_attn";
 
-// Outputs are pre-filled with this byte (0x5a5a5a5a is the float 1.5e16): an element the
-// op forgets to write fails any tolerance.
-constexpr uint8_t kPoison = 0x5a;
+using kdtr::cli::kPoison;
+using kdtr::cli::poisoned;
 
 // Dims the kernels index with int (in-request) and int64 (global) arithmetic.
 constexpr uint64_t kMaxDim = 1ULL << 30;
@@ -115,10 +114,8 @@ Inputs read_inputs(const kdtr::File& g) {
 struct Outputs {
   std::vector<float> out, lse;
   explicit Outputs(const Inputs& in) {
-    float poison;
-    std::memset(&poison, kPoison, sizeof poison);
-    out.assign(static_cast<size_t>(in.B * in.T * in.H * in.d_v), poison);
-    lse.assign(static_cast<size_t>(in.B * in.T * in.H), poison);
+    out = poisoned<float>(static_cast<size_t>(in.B * in.T * in.H * in.d_v));
+    lse = poisoned<float>(static_cast<size_t>(in.B * in.T * in.H));
   }
 };
 
