@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import kdtr  # noqa: E402
+from generators import gen_verify_attn_refs as gen  # noqa: E402
 from kdtr.ops.verify_attn import verify_attn_f64  # noqa: E402
 
 U32 = 2.0**-24
@@ -86,10 +87,7 @@ def synth(c: Case, seed: int) -> dict[str, np.ndarray]:
         if c.empty_rows and tl > 2:
             vis[r, 1, :tl] = 0  # no tree key: with prefix 0, no key at all
             vis[r, tl - 1, :tl] = 0
-        q[r, tl:] = np.nan
-        kv[r, int(prefix[r]) + tl :] = np.nan
-        vis[r, tl:, :] = 1
-        vis[r, :, tl:] = 1
+    gen.poison(q, kv, vis, prefix, tree_len)
     return {
         "q": q,
         "kv_cache": kv,

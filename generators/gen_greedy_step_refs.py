@@ -98,9 +98,7 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     dt = np.float32 if cfg.dtype == "f32" else ml_dtypes.bfloat16
     q = rng.standard_normal((b, t, cfg.heads, cfg.dqk)).astype(dt)
     kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
-    for r in range(b):
-        q[r, tree_len[r]:] = np.nan
-        kv[r, prefix[r] + tree_len[r]:] = np.nan
+    attn_gen.poison(q, kv, None, prefix, tree_len)  # visibility comes from tree_build
     sm_scale = np.array(cfg.sm_scale or cfg.dqk**-0.5, np.float32)
     d_v = np.array(cfg.d_v, np.int32)
     out, lse = verify_attn_f64(q, kv, prefix, tree_len, tree.visibility, float(sm_scale), int(d_v))

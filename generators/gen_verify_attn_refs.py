@@ -87,6 +87,18 @@ def _tree(cfg: Config, rng: np.random.Generator, n: int) -> np.ndarray:
     return tree_visibility(random_tree(rng, t, n, 8, 8, 1000).parents, n, t)
 
 
+def poison(q: np.ndarray, kv: np.ndarray, vis: np.ndarray | None, prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """In place: NaN in q rows >= tree_len and cache rows >= prefix_len + tree_len; 1 in
+    visibility entries outside the valid square (skipped when vis is None)."""
+    for r in range(q.shape[0]):
+        tl, pl = int(tree_len[r]), int(prefix[r])
+        q[r, tl:] = np.nan
+        kv[r, pl + tl:] = np.nan
+        if vis is not None:
+            vis[r, tl:, :] = 1
+            vis[r, :, tl:] = 1
+
+
 def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     b, t = cfg.batch, cfg.slots
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
@@ -98,11 +110,7 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     vis = np.zeros((b, t, t), np.uint8)
     for r in range(b):
         vis[r] = _tree(cfg, rng, int(tree_len[r]) - 1)
-        # poison what must not be read
-        q[r, tree_len[r]:] = np.nan
-        kv[r, prefix[r] + tree_len[r]:] = np.nan
-        vis[r, tree_len[r]:, :] = 1
-        vis[r, :, tree_len[r]:] = 1
+    poison(q, kv, vis, prefix, tree_len)
     scale = cfg.sm_scale or cfg.dqk**-0.5
     return {
         "q": q,
