@@ -9,10 +9,15 @@ in the manifest with their hash and generated on demand into a cache directory.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import shutil
+import signal
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,27 +87,119 @@ def all_configs(ops: list[str] | None = None) -> list[tuple[str, str]]:
     return [(op, cfg) for op in (ops or list(gens)) for cfg in gens[op].CONFIGS]
 
 
-def regenerate(golden_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
-    """Write every committed golden and the manifest into ``golden_dir``.
+def regenerate(
+    golden_dir: Path,
+    cache_dir: Path | None = None,
+    on_config: Callable[[str, str, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Write every committed golden and the manifest, and swap them in as one set.
 
-    Second-tier configurations are written into ``cache_dir`` (default
-    ``golden_dir/.cache``, git-ignored) so that their hash can be recorded.
+    The new set is generated into a staging directory beside ``golden_dir`` (files of the
+    old directory that no configuration writes, such as ``known_failures.json``, are carried
+    over); only when every golden and the manifest are written does the staging directory
+    replace ``golden_dir`` (two renames with SIGINT/SIGTERM/SIGHUP held off in between). An
+    interrupted or failed regen leaves the old set and its manifest untouched; a regen
+    killed between the two renames is repaired by the next one. Concurrent regens of one
+    directory wait for each other (``flock`` on the parent directory).
+
+    Second-tier configurations are written into ``cache_dir`` (default the new set's
+    ``.cache``, git-ignored) so that their hash can be recorded.
+
+    ``on_config(op, config, i, n)`` is called before each configuration (progress).
 
     Returns:
         The manifest written.
+
+    Raises:
+        ValueError: the committed goldens exceed :data:`COMMITTED_BUDGET`.
+        OSError: the parent directory is not writable.
     """
-    cache_dir = cache_dir or golden_dir / ".cache"
+    golden_dir = Path(os.path.abspath(golden_dir))
+    parent = golden_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        _repair_interrupted_swap(golden_dir)
+        staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.regen-", dir=parent))
+        try:
+            mask = os.umask(0o022)
+            os.umask(mask)
+            os.chmod(staging, (golden_dir.stat().st_mode & 0o7777) if golden_dir.is_dir() else 0o777 & ~mask)
+            manifest = _generate_set(staging, None if cache_dir is None else Path(cache_dir), on_config)
+            if golden_dir.is_dir():
+                _carry_over(golden_dir, staging, manifest)
+            _swap_in(staging, golden_dir)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        os.close(lock_fd)
+    return manifest
+
+
+def _generate_set(
+    staging: Path, cache_dir: Path | None, on_config: Callable[[str, str, int, int], None] | None
+) -> dict[str, Any]:
+    cache_dir = cache_dir or staging / ".cache"
     files: dict[str, Any] = {}
-    for op, config in all_configs():
-        target = golden_dir if tier_of(op, config) == "committed" else cache_dir
+    configs = all_configs()
+    for i, (op, config) in enumerate(configs):
+        if on_config:
+            on_config(op, config, i, len(configs))
+        target = staging if tier_of(op, config) == "committed" else cache_dir
         _, entry = write_one(target, op, config)
         files[f"{op}/{config}.kdtr"] = entry
     manifest = {"format": MANIFEST_FORMAT, "files": files}
     committed = sum(e["size"] for e in files.values() if e["tier"] == "committed")
     if committed > COMMITTED_BUDGET:
         raise ValueError(f"committed goldens total {committed} bytes > budget {COMMITTED_BUDGET}")
-    write_manifest(golden_dir, manifest)
+    write_manifest(staging, manifest)
     return manifest
+
+
+def _carry_over(old: Path, staging: Path, manifest: dict[str, Any]) -> None:
+    """Copy what the old set holds and the regen does not write (known_failures.json,
+    orphan goldens, which ``kdtr regen --check`` and ``kdtr run`` then report)."""
+    for src in old.rglob("*"):
+        rel = src.relative_to(old)
+        if rel.parts[0] == ".cache" or rel.as_posix() == MANIFEST_NAME or rel.as_posix() in manifest["files"]:
+            continue
+        dest = staging / rel
+        if src.is_dir() and not src.is_symlink():
+            dest.mkdir(exist_ok=True)
+        elif not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest, follow_symlinks=False)
+
+
+_SWAP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _swap_in(staging: Path, golden_dir: Path) -> None:
+    old = golden_dir.parent / f".{golden_dir.name}.old-{os.getpid()}"
+    blocked = threading.current_thread() is threading.main_thread()
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SWAP_SIGNALS)
+    try:
+        if golden_dir.exists():
+            os.rename(golden_dir, old)
+        os.rename(staging, golden_dir)
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _SWAP_SIGNALS)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _repair_interrupted_swap(golden_dir: Path) -> None:
+    """Undo what a regen killed mid-swap left (called under the regen lock): restore the
+    old set if the directory itself is gone, then remove stale staging and old sets."""
+    leftovers = sorted(golden_dir.parent.glob(f".{golden_dir.name}.old-*"))
+    if not golden_dir.exists() and leftovers:
+        os.rename(leftovers[-1], golden_dir)
+        leftovers = leftovers[:-1]
+    for stale in leftovers + sorted(golden_dir.parent.glob(f".{golden_dir.name}.regen-*")):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def write_manifest(golden_dir: Path, manifest: dict[str, Any]) -> None:
@@ -118,6 +215,25 @@ def write_manifest(golden_dir: Path, manifest: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def manifest_of_files(golden_dir: Path) -> dict[str, Any]:
+    """A manifest listing the committed goldens now on disk (``*/*.kdtr``) as they are:
+    for a golden directory assembled by hand or by a test, which ``kdtr run`` will then
+    accept. ``kdtr regen`` writes the real one, from the generators."""
+    files = {}
+    for path in sorted(golden_dir.glob("*/*.kdtr")):
+        try:
+            meta = kformat.load(path, verify=False).metadata
+        except KdtrError:  # listed as it is: `kdtr run` reports the defect
+            meta = {}
+        files[path.relative_to(golden_dir).as_posix()] = {
+            "op": path.parent.name, "config": path.stem, "seed": int(meta.get("seed", 0)),
+            "sha256": sha256_of(path), "size": path.stat().st_size,
+            "generator_version": int(meta.get("generator_version", 0)), "numpy_version": np.__version__,
+            "tier": "committed",
+        }
+    return {"format": MANIFEST_FORMAT, "files": files}
 
 
 def read_manifest(golden_dir: Path) -> dict[str, Any]:

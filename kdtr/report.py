@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -18,26 +20,45 @@ from pathlib import Path
 from typing import Any
 
 from .runner import STATUSES, CaseResult
+from .text import printable, printable_lines, printable_tree
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _write_temp(path: Path, text: str) -> Path:
+    """``text`` in a new temporary file beside ``path`` (fsynced, mode as umask allows)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         mask = os.umask(0o022)
         os.umask(mask)
         os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.replace(tmp, path)
+            fh.flush()
+            os.fsync(fh.fileno())
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
 
 
 def counts(results: list[CaseResult]) -> dict[str, int]:
     c = Counter(r.status for r in results)
     return {s: c.get(s, 0) for s in STATUSES}
+
+
+def git_commit(root: Path) -> str:
+    """The checkout's commit (``HEAD``), with ``+dirty`` when tracked files differ; ""
+    when ``root`` is not a git checkout or git is absent."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return ""
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def environment() -> dict[str, Any]:
@@ -53,15 +74,18 @@ def environment() -> dict[str, Any]:
 
 
 def to_json(results: list[CaseResult], env: dict[str, Any]) -> dict[str, Any]:
-    return {"environment": env, "counts": counts(results), "cases": [r.to_json() for r in results]}
-
-
-def write_json(path: Path, results: list[CaseResult], env: dict[str, Any]) -> None:
-    _atomic_write(path, json.dumps(to_json(results, env), indent=2) + "\n")
+    """The JSON report; every string from files or binaries escaped (:mod:`kdtr.text`)."""
+    return printable_tree({"environment": env, "counts": counts(results), "cases": [r.to_json() for r in results]})
 
 
 def mismatch_lines(r: CaseResult) -> list[str]:
-    """Human-readable lines for a failing case (used by the terminal and Markdown reports)."""
+    """Human-readable lines for a failing case (used by the terminal and all reports);
+    each line is :func:`kdtr.text.printable`: no control character from a file name, a
+    tensor name or a binary's stderr survives."""
+    return [printable(line) for line in _mismatch_lines(r)]
+
+
+def _mismatch_lines(r: CaseResult) -> list[str]:
     lines = [f"{r.case.id}: {r.status}" + (f": {r.reason}" if r.status != "MISMATCH" else "")]
     for o in r.outputs:
         if o.ok:
@@ -71,18 +95,25 @@ def mismatch_lines(r: CaseResult) -> list[str]:
             lines.append(f"    {e.where()}: expected {e.expected}, actual {e.actual}")
     if r.output_file and r.status == "MISMATCH":
         lines.append(f"  obtained tensors: {r.output_file}")
-    if r.stderr and r.status in ("CRASH", "TIMEOUT", "ERROR"):
-        lines.append("  stderr: " + r.stderr.splitlines()[-1][:300])
+    if r.stderr.strip() and r.status in ("CRASH", "TIMEOUT", "ERROR"):
+        lines.append("  stderr: " + r.stderr.strip().splitlines()[-1][:300])
     lines.append(f"  rerun: {r.rerun}")
     return lines
 
 
-def write_junit(path: Path, results: list[CaseResult]) -> None:
+def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
     """JUnit XML: one testsuite per op, one testcase per case; statuses kept in properties.
 
     MISMATCH -> <failure>, CRASH / TIMEOUT / ERROR -> <error>, NOT_SUPPORTED / WAIVED -> <skipped>.
+    Every attribute and text is escaped (:mod:`kdtr.text`), so the file is well-formed XML
+    whatever names, paths or stderr it reports.
     """
     suites = ET.Element("testsuites", name="kdtr")
+    if env:
+        props = ET.SubElement(suites, "properties")
+        for key in ("run_id", "commit", "selection", "date"):
+            if key in env:
+                ET.SubElement(props, "property", name=key, value=printable(env[key]))
     by_op: dict[str, list[CaseResult]] = {}
     for r in results:
         by_op.setdefault(r.case.op, []).append(r)
@@ -91,7 +122,7 @@ def write_junit(path: Path, results: list[CaseResult]) -> None:
         suite = ET.SubElement(
             suites,
             "testsuite",
-            name=op,
+            name=printable(op),
             tests=str(len(rs)),
             failures=str(c["MISMATCH"]),
             errors=str(c["CRASH"] + c["TIMEOUT"] + c["ERROR"]),
@@ -100,34 +131,46 @@ def write_junit(path: Path, results: list[CaseResult]) -> None:
         )
         for r in rs:
             tc = ET.SubElement(
-                suite, "testcase", classname=f"kdtr.{op}.{r.case.backend}", name=f"{r.case.config}[{r.case.backend}]",
+                suite, "testcase", classname=printable(f"kdtr.{op}.{r.case.backend}"),
+                name=printable(f"{r.case.config}[{r.case.backend}]"),
                 time=f"{r.seconds:.3f}",
             )
             props = ET.SubElement(tc, "properties")
             ET.SubElement(props, "property", name="status", value=r.status)
-            ET.SubElement(props, "property", name="rerun", value=r.rerun)
+            ET.SubElement(props, "property", name="rerun", value=printable(r.rerun))
             text = "\n".join(mismatch_lines(r))
             if r.status == "MISMATCH":
-                ET.SubElement(tc, "failure", type="MISMATCH", message=r.reason[:500]).text = text
+                ET.SubElement(tc, "failure", type="MISMATCH", message=printable(r.reason)[:500]).text = text
             elif r.status in ("CRASH", "TIMEOUT", "ERROR"):
-                ET.SubElement(tc, "error", type=r.status, message=r.reason[:500]).text = text
+                ET.SubElement(tc, "error", type=r.status, message=printable(r.reason)[:500]).text = text
             elif r.status in ("NOT_SUPPORTED", "WAIVED"):
-                ET.SubElement(tc, "skipped", message=f"{r.status}: {r.reason}"[:500])
+                ET.SubElement(tc, "skipped", message=printable(f"{r.status}: {r.reason}")[:500])
     ET.indent(suites)
-    _atomic_write(path, '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
 
 
 def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+    return printable(s).replace("|", "\\|")
+
+
+def _fence(lines: list[str]) -> str:
+    """A code fence longer than any backtick run in ``lines`` (a name cannot close it)."""
+    return "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", "\n".join(lines))), default=0))
 
 
 def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
     c = counts(results)
     backends = sorted({r.case.backend for r in results})
     out = ["# kdtr conformance report", ""]
-    out.append(f"{env['date']} on {env['host']} ({env['platform']}), python {env['python']}, numpy {env['numpy']}.")
+    out.append(_md_cell(f"{env['date']} on {env['host']} ({env['platform']}), python {env['python']}, "
+                        f"numpy {env['numpy']}."))
     if env.get("gpu"):
-        out.append(f"GPU: {env['gpu']}.")
+        out.append(_md_cell(f"GPU: {env['gpu']}."))
+    if env.get("commit"):
+        out.append(_md_cell(f"Commit: {env['commit']}."))
+    if env.get("selection"):
+        out.append(_md_cell(f"Selection: {env['selection']}."))
     out.append("")
     out.append("| " + " | ".join(STATUSES) + " |")
     out.append("|" + " --- |" * len(STATUSES))
@@ -140,14 +183,14 @@ def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
         grid.setdefault((r.case.op, r.case.config), {})[r.case.backend] = r
     for (op, cfg), row in grid.items():
         cells = [row[b].status if b in row else "" for b in backends]
-        out.append(f"| {op} | {cfg} | " + " | ".join(cells) + " |")
+        out.append(f"| {_md_cell(op)} | {_md_cell(cfg)} | " + " | ".join(cells) + " |")
     failing = [r for r in results if r.status not in ("PASS", "NOT_SUPPORTED")]
     if failing:
         out += ["", "## Details", ""]
         for r in failing:
-            out.append("```")
-            out += mismatch_lines(r)
-            out.append("```")
+            lines = mismatch_lines(r)
+            fence = _fence(lines)
+            out += [fence, *lines, fence]
     not_supported = [r for r in results if r.status == "NOT_SUPPORTED"]
     if not_supported:
         reasons = sorted({r.reason for r in not_supported})
@@ -155,13 +198,28 @@ def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_markdown(path: Path, results: list[CaseResult], env: dict[str, Any]) -> None:
-    _atomic_write(path, markdown(results, env))
+REPORT_NAMES = ("conformance.json", "junit.xml", "conformance.md")
 
 
 def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any]) -> list[Path]:
-    paths = [report_dir / "conformance.json", report_dir / "junit.xml", report_dir / "conformance.md"]
-    write_json(paths[0], results, env)
-    write_junit(paths[1], results)
-    write_markdown(paths[2], results, env)
+    """Publish the three reports of one run together.
+
+    All three are rendered and written to temporary files first; only then are the old
+    reports removed and the new ones renamed into place. An interruption leaves either the
+    previous run's three reports or a subset of this run's, never a mix of the two runs
+    (each report also records ``env["run_id"]``).
+    """
+    paths = [report_dir / name for name in REPORT_NAMES]
+    texts = [json.dumps(to_json(results, env), indent=2) + "\n", junit(results, env), markdown(results, env)]
+    temps: list[Path] = []
+    try:
+        for path, text in zip(paths, texts):
+            temps.append(_write_temp(path, text))
+        for path in paths:
+            path.unlink(missing_ok=True)
+        for tmp, path in zip(temps, paths):
+            os.replace(tmp, path)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
     return paths

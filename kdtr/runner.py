@@ -17,10 +17,14 @@ Binary exit codes are documented in docs/binaries.md.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import fcntl
 import fnmatch
 import json
 import os
 import shlex
+import stat
 import signal
 import subprocess
 import threading
@@ -99,6 +103,11 @@ class RunConfig:
     timeout: float = 60.0
     device: int = 0
     known_failures: dict[str, str] = field(default_factory=dict)
+    # Goldens that must not be run, with the reason (not in the manifest, wrong hash,
+    # not a regular file): each of their cases is an ERROR naming the file.
+    golden_problems: dict[Path, str] = field(default_factory=dict)
+    # Options a rerun line must repeat (--golden-dir, --bin-dir, --timeout, --tier all, ...).
+    rerun_args: list[str] = field(default_factory=list)
 
 
 def discover(golden_dir: Path, second_tier: bool = False) -> list[tuple[str, str, Path]]:
@@ -129,6 +138,71 @@ def discover(golden_dir: Path, second_tier: bool = False) -> list[tuple[str, str
     return found
 
 
+def check_manifest(
+    golden_dir: Path, found: list[tuple[str, str, Path]]
+) -> tuple[list[tuple[str, str, Path]], dict[Path, str]]:
+    """Hold the committed goldens on disk against ``golden_dir/MANIFEST.json``.
+
+    A run never judges a golden that its manifest does not vouch for: one that is not
+    listed, not a regular file, or whose sha256 differs from its entry (a half-finished
+    regen, a hand edit, a file from another checkout); and a listed golden missing from
+    disk is a case of its own. Returns ``found`` plus the missing goldens, and the problem
+    of each golden that must not run (its cases become ERROR naming the file).
+
+    Raises:
+        UsageError: no manifest, or not a kdtr manifest.
+    """
+    from . import goldens
+
+    try:
+        listed = goldens.read_manifest(golden_dir)["files"]
+    except FileNotFoundError as exc:
+        raise UsageError(f"{golden_dir / goldens.MANIFEST_NAME}: missing (run `kdtr regen`)") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    problems: dict[Path, str] = {}
+    on_disk = set()
+    for op, config, path in found:
+        rel = f"{op}/{config}.kdtr"
+        try:
+            rel_to_dir = path.relative_to(golden_dir).as_posix()
+        except ValueError:  # a second-tier golden in a cache elsewhere: checked by ensure_cached
+            continue
+        if rel_to_dir != rel:  # .cache/<op>/<config>.kdtr: checked by ensure_cached
+            continue
+        on_disk.add(rel)
+        entry = listed.get(rel)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            problems[path] = f"{path}: cannot stat: {exc.strerror or exc}"
+            continue
+        if not stat.S_ISREG(mode):
+            problems[path] = f"{path}: not a regular file"
+        elif not isinstance(entry, dict):
+            problems[path] = f"{path}: not listed in {goldens.MANIFEST_NAME} (run `kdtr regen`, or remove the file)"
+        elif entry.get("tier", "committed") != "committed":
+            problems[path] = f"{path}: listed in {goldens.MANIFEST_NAME} as second tier, found among the committed goldens"
+        elif goldens.sha256_of(path) != entry.get("sha256"):
+            problems[path] = f"{path}: sha256 differs from {goldens.MANIFEST_NAME} (edited, or a regen did not finish: run `kdtr regen`)"
+    missing = []
+    for rel, entry in sorted(listed.items()):
+        if isinstance(entry, dict) and entry.get("tier", "committed") == "committed" and rel not in on_disk:
+            op, _, name = rel.partition("/")
+            path = golden_dir / rel
+            missing.append((op, name[: -len(".kdtr")] if name.endswith(".kdtr") else name, path))
+            problems[path] = f"{path}: listed in {goldens.MANIFEST_NAME} but missing"
+    return sorted(found + missing), problems
+
+
+def _split_pattern(pat: str) -> tuple[str, str | None]:
+    """``op[/config][@backend]`` -> (``op/config`` glob, backend or None)."""
+    case_pat, at, backend = pat.partition("@")
+    if at and backend not in BACKENDS:
+        raise UsageError(f"--only {pat!r}: unknown backend {backend!r} (backends: {', '.join(BACKENDS)})")
+    return (case_pat if "/" in case_pat else f"{case_pat}/*"), (backend or None)
+
+
 def select(
     goldens: list[tuple[str, str, Path]],
     only: Iterable[str] = (),
@@ -136,10 +210,12 @@ def select(
 ) -> list[tuple[str, str, Path]]:
     """Keep the goldens whose ``op/config`` matches any of the glob patterns in ``only``.
 
-    A pattern without ``/`` matches an op (``tree_accept`` = ``tree_accept/*``).
+    A pattern without ``/`` matches an op (``tree_accept`` = ``tree_accept/*``); a pattern
+    may end in ``@backend`` (the case ids that reports print: ``op/config@cpu``), which
+    :func:`select_cases` applies.
 
     Raises:
-        UsageError: a pattern names an unknown op or matches nothing.
+        UsageError: a pattern names an unknown op or backend, or matches nothing.
     """
     only = list(only)
     if not only:
@@ -147,7 +223,7 @@ def select(
     ops = set(known_ops) if known_ops is not None else {g[0] for g in goldens}
     keep: dict[Path, tuple[str, str, Path]] = {}
     for pat in only:
-        full = pat if "/" in pat else f"{pat}/*"
+        full, _ = _split_pattern(pat)
         op_pat = full.split("/", 1)[0]
         if not any(fnmatch.fnmatchcase(op, op_pat) for op in ops):
             raise UsageError(f"--only {pat!r}: no op matches {op_pat!r} (ops: {', '.join(sorted(ops))})")
@@ -157,6 +233,24 @@ def select(
         for g in hits:
             keep[g[2]] = g
     return sorted(keep.values())
+
+
+def select_cases(cases: list[Case], only: Iterable[str] = ()) -> list[Case]:
+    """Keep the cases that some pattern of ``only`` matches, its ``@backend`` included.
+
+    Raises:
+        UsageError: a pattern matches no case among the chosen backends.
+    """
+    only = list(only)
+    if not only:
+        return cases
+    pats = [(pat, *_split_pattern(pat)) for pat in only]
+    for pat, full, backend in pats:
+        if not any(fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and backend in (None, c.backend) for c in cases):
+            raise UsageError(f"--only {pat!r} matches no case on the chosen backends")
+    return [c for c in cases
+            if any(fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and backend in (None, c.backend)
+                   for _, full, backend in pats)]
 
 
 def load_known_failures(golden_dir: Path) -> dict[str, str]:
@@ -225,7 +319,8 @@ def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     """Run one case and return its result; never raises for the case's own failures."""
     t0 = time.monotonic()
     res = CaseResult(case, "ERROR")
-    res.rerun = f"kdtr run --only {case.op}/{case.config} --backend {case.backend}"
+    res.rerun = shlex.join(["kdtr", "run", "--only", f"{case.op}/{case.config}", "--backend", case.backend,
+                            *cfg.rerun_args])
     res.status, res.reason = _run_case(case, cfg, res)
     res.seconds = time.monotonic() - t0
     waiver = cfg.known_failures.get(f"{case.op}/{case.config}@{case.backend}") or cfg.known_failures.get(
@@ -241,6 +336,42 @@ def run_case(case: Case, cfg: RunConfig) -> CaseResult:
 
 _ACTIVE: set[subprocess.Popen] = set()
 _ACTIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set when a run is being interrupted: start no more binaries
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when SIGTERM or SIGHUP ends the run (as KeyboardInterrupt
+    for SIGINT): :func:`run_all` kills the running binaries on its way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP (a CI cancel, a closed terminal) end the run the way Ctrl-C does:
+    queued cases dropped, running binaries' process groups killed. Main thread only."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
+
+
+# Linux: a binary gets SIGKILL when the runner dies, even by SIGKILL (prctl PR_SET_PDEATHSIG).
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _child_setup(parent_pid: int) -> None:  # runs in the child between fork and exec
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the runner died before the line above took effect
+        os._exit(137)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -253,10 +384,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _run_binary(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Run a test binary in its own process group; on timeout kill the whole group
     (a wrapper script or a sanitizer leaves no orphans) and raise TimeoutExpired."""
+    parent = os.getpid()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True)
+                            text=True, errors="replace", start_new_session=True,
+                            preexec_fn=(lambda: _child_setup(parent)) if _prctl is not None else None)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
+        if _STOPPING.is_set():  # started while the run was being interrupted
+            _kill_group(proc)
     try:
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -271,6 +406,8 @@ def _run_binary(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
+    if case.golden in cfg.golden_problems:
+        return "ERROR", cfg.golden_problems[case.golden]
     try:
         golden = kformat.load(case.golden)
     except (KdtrError, OSError) as exc:
@@ -306,6 +443,8 @@ def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
     if rc < 0:
         return "CRASH", f"killed by {_signal_name(rc)}"
     if rc == EXIT_NOT_SUPPORTED:
+        if case.backend == "cpu":  # the cpu backend always exists (docs/binaries.md)
+            return "ERROR", f"binary says the cpu backend is not supported (exit 3): {first_line}"
         return "NOT_SUPPORTED", first_line
     if rc == EXIT_INPUT:
         return "ERROR", f"binary rejected its input (exit 2): {first_line}"
@@ -321,7 +460,9 @@ def plan(goldens: list[tuple[str, str, Path]], backends: Iterable[str]) -> list[
 
 
 def shard(cases: list[Case], spec: str | None) -> list[Case]:
-    """Keep shard ``i/n`` (1-based) of ``cases``.
+    """Keep shard ``i/n`` (1-based) of ``cases``, dealt out golden by golden: every
+    backend of a golden lands in the same shard, so each shard of a CPU-only runner still
+    tests its goldens on the cpu backend.
 
     Raises:
         UsageError: malformed spec.
@@ -334,7 +475,10 @@ def shard(cases: list[Case], spec: str | None) -> list[Case]:
         raise UsageError(f"--shard {spec!r}: expected i/n, e.g. 1/4") from exc
     if not 1 <= i <= n:
         raise UsageError(f"--shard {spec!r}: need 1 <= i <= n")
-    return cases[i - 1 :: n]
+    order: dict[tuple[str, str, Path], int] = {}
+    for c in cases:
+        order.setdefault((c.op, c.config, c.golden), len(order))
+    return [c for c in cases if order[(c.op, c.config, c.golden)] % n == i - 1]
 
 
 def run_all(
@@ -342,6 +486,7 @@ def run_all(
 ) -> list[CaseResult]:
     """Run cases on ``jobs`` threads (each waits on a subprocess); results in case order."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    _STOPPING.clear()
     results: dict[Case, CaseResult] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
@@ -355,14 +500,65 @@ def run_all(
             results[c] = r
             if on_done:
                 on_done(r)
-    except BaseException:  # Ctrl-C: drop queued cases, kill the running binaries
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued cases, kill the running binaries
         pool.shutdown(wait=False, cancel_futures=True)
         with _ACTIVE_LOCK:
+            _STOPPING.set()
             for proc in list(_ACTIVE):
                 _kill_group(proc)
         raise
     pool.shutdown(wait=True)
     return [results[c] for c in cases]
+
+
+REPORT_LOCK = ".kdtr-run.lock"
+
+
+class ReportDirLock:
+    """Exclusive use of a report directory for one ``kdtr run`` (an advisory ``flock`` on
+    ``<report_dir>/.kdtr-run.lock``, released when the process ends, however it ends).
+
+    Two runs sharing a report directory would overwrite each other's obtained outputs and
+    judge each other's files; the second one is refused at once instead.
+
+    Raises (on enter):
+        UsageError: the directory cannot be created or written, or another run holds it.
+    """
+
+    def __init__(self, report_dir: Path) -> None:
+        self.report_dir = report_dir
+        self._fd: int | None = None
+
+    def __enter__(self) -> ReportDirLock:
+        path = self.report_dir / REPORT_LOCK
+        try:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise UsageError(f"report directory {self.report_dir}: not writable ({exc.strerror or exc})") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            try:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise UsageError(
+                f"report directory {self.report_dir} is in use by another kdtr run (pid {holder}); "
+                "wait for it or give this run its own --report-dir"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if not os.access(self.report_dir, os.W_OK):
+            os.close(fd)
+            raise UsageError(f"report directory {self.report_dir}: not writable")
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
 
 
 def exit_code(results: list[CaseResult]) -> int:

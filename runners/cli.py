@@ -9,7 +9,9 @@ case error or drift, 2 usage or harness error (one line on stderr).
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from kdtr.compare import compare
 from kdtr.contract import Contract
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
+from kdtr.text import printable
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
 console = Console(highlight=False, soft_wrap=True,
@@ -45,7 +48,7 @@ STATUS_STYLE = {
 
 
 def fail_usage(msg: str) -> None:
-    click.echo(f"kdtr: error: {msg}", err=True)
+    click.echo(f"kdtr: error: {printable(msg)}", err=True)
     sys.exit(2)
 
 
@@ -73,34 +76,60 @@ def gpu_description() -> str:
     return "; ".join(f"{ln.split(',')[0].strip()} (driver {ln.split(',')[1].strip()})" for ln in lines if "," in ln)
 
 
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not (math.isfinite(value) and 0.1 <= value <= MAX_TIMEOUT):
+        raise click.BadParameter(f"{value!r} is not a number of seconds in [0.1, {MAX_TIMEOUT:g}]")
+    return value
+
+
 @main.command()
 @click.option("--only", "only", multiple=True, metavar="PATTERN",
-              help="op or op/config glob (repeatable), e.g. tree_accept or 'tree_accept/ch*'.")
+              help="op, op/config glob or case id op/config@backend (repeatable), e.g. tree_accept, "
+                   "'tree_accept/ch*', tree_accept/chain@cuda.")
 @click.option("--backend", "backends", multiple=True, type=click.Choice(runner.BACKENDS),
               help="Backend to run (repeatable); default: all.")
+@click.option("--require-backend", "required", multiple=True, type=click.Choice(runner.BACKENDS),
+              help="Fail (exit 1) if any case of this backend is NOT_SUPPORTED, e.g. on a GPU runner whose "
+                   "driver went missing (repeatable).")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=runner.default_jobs, show_default="cores, max 8",
               help="Cases run in parallel.")
-@click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based).")
+@click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based), dealt out golden by golden.")
 @click.option("--tier", type=click.Choice(["committed", "all"]), default="committed", show_default=True,
               help="'all' adds the second-tier goldens, generated on demand into golden/.cache.")
-@click.option("--timeout", type=click.FloatRange(0.1), default=60.0, show_default=True, help="Seconds per case.")
+@click.option("--timeout", type=float, default=60.0, show_default=True, callback=_timeout, help="Seconds per case.")
 @click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir, report_dir) -> None:
+def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir, bin_dir, report_dir) -> None:
     """Run every golden on every backend, diff, and write the reports."""
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
     rdir = _root_path(report_dir, root / "reports")
+    backends = backends or runner.BACKENDS
+    # What a printed rerun line must repeat to run the same case the same way.
+    rerun_args: list[str] = []
+    for opt, value, default in (("--golden-dir", golden_dir, None), ("--bin-dir", bin_dir, None),
+                                ("--report-dir", report_dir, None), ("--timeout", timeout, 60.0),
+                                ("--device", device, 0), ("--tier", tier, "committed")):
+        if value is not None and value != default:
+            rerun_args += [opt, str(Path(value).resolve()) if opt.endswith("-dir") else f"{value:g}" if
+                           isinstance(value, float) else str(value)]
+    lock = runner.ReportDirLock(rdir)
     try:
+        for b in required:
+            if b not in backends:
+                raise runner.UsageError(f"--require-backend {b}: not among the chosen backends ({', '.join(backends)})")
         found = runner.discover(gdir, second_tier=tier == "all")
-        from generators import GENERATORS
-
-        chosen = runner.select(found, only, known_ops=set(GENERATORS) | {g[0] for g in found})
-        cases = runner.shard(runner.plan(chosen, backends or runner.BACKENDS), shard)
+        found, problems = runner.check_manifest(gdir, found)
+        chosen = runner.select(found, only, known_ops=set(goldens.generators()) | {g[0] for g in found})
+        cases = runner.select_cases(runner.plan(chosen, backends), only)
+        cases = runner.shard(cases, shard)
         if not cases:
-            raise runner.UsageError(f"--shard {shard}: this shard selects no case (there are fewer cases than shards)")
+            raise runner.UsageError(f"--shard {shard}: this shard selects no case (there are fewer goldens than shards)")
         cfg = runner.RunConfig(
             golden_dir=gdir,
             bin_dir=_root_path(bin_dir, root / "build" / "bin"),
@@ -108,40 +137,73 @@ def run(only, backends, jobs, shard, tier, timeout, device, golden_dir, bin_dir,
             timeout=timeout,
             device=device,
             known_failures=runner.load_known_failures(gdir),
+            golden_problems=problems,
+            rerun_args=rerun_args,
         )
+        lock.__enter__()  # before any case runs: an unwritable or busy report directory stops here
     except runner.UsageError as exc:
         fail_usage(str(exc))
         return
 
     for key in runner.stale_waivers(cfg.known_failures, found):
-        click.echo(f"kdtr: warning: {runner.KNOWN_FAILURES}: {key!r} names no golden or backend", err=True)
-    with Progress(
-        TextColumn("[bold]kdtr run"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.description}"), console=console, transient=True,
-    ) as progress:
-        task = progress.add_task("", total=len(cases))
+        click.echo(f"kdtr: warning: {runner.KNOWN_FAILURES}: {printable(repr(key))} names no golden or backend",
+                   err=True)
+    runner.install_signal_handlers()
+    try:
+        with Progress(
+            TextColumn("[bold]kdtr run"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"), console=console, transient=True,
+        ) as progress:
+            task = progress.add_task("", total=len(cases))
 
-        def done(r: runner.CaseResult) -> None:
-            if r.status in runner.FAILING:
-                progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {escape(r.case.id)}")
-            progress.update(task, advance=1, description=r.case.id)
+            def done(r: runner.CaseResult) -> None:
+                if r.status in runner.FAILING:
+                    progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {escape(printable(r.case.id))}")
+                progress.update(task, advance=1, description=escape(printable(r.case.id)))
 
-        results = runner.run_all(cases, cfg, jobs, on_done=done)
+            results = runner.run_all(cases, cfg, jobs, on_done=done)
+    except runner.Terminated as exc:
+        click.echo(f"kdtr: {exc.args[0]}: run stopped, its binaries killed; no report written", err=True)
+        sys.exit(128 + exc.signum)
 
     console.print(results_table(results))
     skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == "NOT_SUPPORTED"})
     for backend, reason in skipped:
-        console.print(f"[dim]{backend}: NOT_SUPPORTED: {escape(reason)}[/]")
+        console.print(f"{backend}: NOT_SUPPORTED: {printable(reason)}", style="dim", markup=False)
     for r in results:
         if r.status in runner.FAILING or r.status == "WAIVED":
             console.print("\n".join(report.mismatch_lines(r)), markup=False)
     env = report.environment()
     env["gpu"] = gpu_description()
-    paths = report.write_all(rdir, results, env)
+    env["commit"] = report.git_commit(root)
+    env["run_id"] = f"{env['date']} pid {os.getpid()}"
+    env["selection"] = " ".join(shlex.quote(a) for a in _selection_args(only, backends, shard, tier, required))
+    try:
+        paths = report.write_all(rdir, results, env)
+    except OSError as exc:
+        fail_usage(f"report directory {rdir}: cannot write the reports ({exc.strerror or exc})")
+        return
+    finally:
+        lock.__exit__(None, None, None)
     c = report.counts(results)
     console.print("  ".join(f"[{STATUS_STYLE[s]}]{s}[/] {n}" for s, n in c.items() if n))
-    console.print("reports: " + ", ".join(str(p) for p in paths), markup=False)
-    sys.exit(runner.exit_code(results))
+    console.print("reports: " + ", ".join(printable(p) for p in paths), markup=False)
+    code = runner.exit_code(results)
+    missing = sorted({r.case.backend for r in results if r.status == "NOT_SUPPORTED" and r.case.backend in required})
+    for b in missing:
+        click.echo(f"kdtr: error: --require-backend {b}: its cases are NOT_SUPPORTED here (see above)", err=True)
+        code = max(code, 1)
+    if not missing and all(r.status == "NOT_SUPPORTED" for r in results):
+        click.echo("kdtr: warning: every case is NOT_SUPPORTED: nothing was tested "
+                   "(--require-backend makes that a failure)", err=True)
+    sys.exit(code)
+
+
+def _selection_args(only, backends, shard, tier, required) -> list[str]:
+    args = [a for pat in only for a in ("--only", pat)] + [a for b in backends for a in ("--backend", b)]
+    args += ["--shard", shard] if shard else []
+    args += ["--tier", tier] if tier != "committed" else []
+    return args + [a for b in required for a in ("--require-backend", b)]
 
 
 def results_table(results: list[runner.CaseResult]) -> Table:
@@ -156,7 +218,7 @@ def results_table(results: list[runner.CaseResult]) -> Table:
         rows.setdefault((r.case.op, r.case.config), {})[r.case.backend] = r
     for (op, config), row in rows.items():
         cells = [f"[{STATUS_STYLE[row[b].status]}]{row[b].status}[/]" if b in row else "" for b in backends]
-        table.add_row(escape(op), escape(config), *cells, f"{max(r.seconds for r in row.values()):.2f}s")
+        table.add_row(escape(printable(op)), escape(printable(config)), *cells, f"{max(r.seconds for r in row.values()):.2f}s")
     return table
 
 
@@ -177,25 +239,50 @@ def regen(check, golden_dir) -> None:
             sys.exit(0)
         console.print(f"[red]{len(rep.drifts)} drift(s)[/] over {rep.checked} goldens")
         sys.exit(1)
-    gdir.mkdir(parents=True, exist_ok=True)
     try:
-        manifest = goldens.regenerate(gdir)
+        with Progress(TextColumn("[bold]kdtr regen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.description}"), console=console, transient=True) as progress:
+            task = progress.add_task("", total=len(goldens.all_configs()))
+
+            def on_config(op: str, config: str, i: int, n: int) -> None:
+                progress.update(task, completed=i, description=f"{op}/{config}")
+
+            manifest = goldens.regenerate(gdir, on_config=on_config)
     except ValueError as exc:
         fail_usage(str(exc))
         return
+    except OSError as exc:
+        fail_usage(f"{gdir}: {exc.strerror or exc}")
+        return
     total = sum(e["size"] for e in manifest["files"].values() if e["tier"] == "committed")
-    console.print(f"wrote {len(manifest['files'])} goldens ({total / 2**20:.2f} MiB committed) and {gdir / goldens.MANIFEST_NAME}")
+    console.print(f"wrote {len(manifest['files'])} goldens ({total / 2**20:.2f} MiB committed) and "
+                  f"{printable(gdir / goldens.MANIFEST_NAME)}", markup=False)
 
 
 def _open(path: str, verify: bool = True) -> kformat.KdtrFile:
     try:
         return kformat.load(path, verify=verify)
     except KdtrError as exc:
-        click.echo(f"kdtr: error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(printable(f"kdtr: error: {type(exc).__name__}: {exc}"), err=True)
         sys.exit(2)
     except OSError as exc:
         fail_usage(f"{path}: {exc.strerror or exc}")
         raise
+
+
+def _value_range(arr: np.ndarray) -> tuple[str, str]:
+    """min and max of a numeric tensor as text: integers exactly, floats ignoring NaN
+    ("nan" when every element is NaN); ("", "") for an empty or non-numeric tensor."""
+    if not arr.size:
+        return "", ""
+    if arr.dtype.kind in "iub":
+        return str(int(np.min(arr))), str(int(np.max(arr)))
+    if arr.dtype.kind == "f" or name_of_dtype(arr.dtype) == "bf16":
+        a = np.asarray(arr, dtype=np.float64)
+        if np.isnan(a).all():
+            return "nan", "nan"
+        return f"{np.nanmin(a):.6g}", f"{np.nanmax(a):.6g}"
+    return "", ""
 
 
 @main.command()
@@ -205,22 +292,19 @@ def _open(path: str, verify: bool = True) -> kformat.KdtrFile:
 def inspect(file, no_verify, values) -> None:
     """Show a KDTR file's metadata, tensors and comparison contracts."""
     f = _open(file, verify=not no_verify)
-    console.print(f"[bold]{escape(str(file))}[/]  KDTR {f.version[0]}.{f.version[1]}")
+    console.print(f"[bold]{escape(printable(file))}[/]  KDTR {f.version[0]}.{f.version[1]}")
     meta = Table("key", "value", title="metadata")
     for k, v in f.metadata.items():
-        meta.add_row(escape(k), escape(repr(v)))
+        meta.add_row(escape(printable(k)), escape(printable(repr(v))))
     console.print(meta)
     tens = Table("name", "dtype", "shape", "bytes", "min", "max", title="tensors")
     for name, arr in f.tensors.items():
-        lo = hi = ""
-        if arr.size and (arr.dtype.kind in "iub" or arr.dtype.kind == "f" or name_of_dtype(arr.dtype) == "bf16"):
-            a = arr.astype(np.float64)
-            lo, hi = f"{np.nanmin(a):.6g}", f"{np.nanmax(a):.6g}"
-        tens.add_row(escape(name), name_of_dtype(arr.dtype), str(list(arr.shape)), str(arr.nbytes), lo, hi)
+        lo, hi = _value_range(arr)
+        tens.add_row(escape(printable(name)), name_of_dtype(arr.dtype), str(list(arr.shape)), str(arr.nbytes), lo, hi)
     console.print(tens)
     if values:
         for name, arr in f.tensors.items():
-            console.print(f"{name} =\n{np.array2string(np.asarray(arr), threshold=200)}", markup=False)
+            console.print(f"{printable(name)} =\n{np.array2string(np.asarray(arr), threshold=200)}", markup=False)
 
 
 @main.command()
@@ -235,7 +319,7 @@ def diff(expected, actual) -> None:
     """
     e, a = _open(expected), _open(actual)
     if e.metadata.get("op") and a.metadata.get("op") and e.metadata["op"] != a.metadata["op"]:
-        fail_usage(f"{expected} is op {e.metadata['op']!r} but {actual} is op {a.metadata['op']!r}")
+        fail_usage(printable(f"{expected} is op {e.metadata['op']!r} but {actual} is op {a.metadata['op']!r}"))
     if not any(k.startswith("expected.") for k in e.tensors) and any(k.startswith("expected.") for k in a.tensors):
         fail_usage(f"{actual} is a golden: give it first (kdtr diff GOLDEN OUTPUT)")
     if any(k.startswith("expected.") for k in e.tensors):
@@ -249,14 +333,14 @@ def diff(expected, actual) -> None:
         except KeyError:
             contract = Contract("exact")
         except ValueError as exc:
-            fail_usage(f"{expected}: bad contract for {name!r}: {exc}")
+            fail_usage(printable(f"{expected}: bad contract for {name!r}: {exc}"))
             return
         res = compare(name, exp, a.tensors.get(name), contract)
         ok &= res.ok
         style = "green" if res.ok else "red"
-        console.print(f"[{style}]{escape(res.summary())}[/]")
+        console.print(f"[{style}]{escape(printable(res.summary()))}[/]")
         for el in res.first:
-            console.print(f"    {el.where()}: expected {el.expected}, actual {el.actual}", markup=False)
+            console.print(printable(f"    {el.where()}: expected {el.expected}, actual {el.actual}"), markup=False)
     sys.exit(0 if ok else 1)
 
 
@@ -265,8 +349,9 @@ def diff(expected, actual) -> None:
 def list_(golden_dir) -> None:
     """List every op and configuration with its tier, golden file and description."""
     gdir = _root_path(golden_dir, goldens.default_golden_dir())
-    from generators import GENERATORS
-
+    if not gdir.is_dir():
+        fail_usage(f"golden directory {gdir} does not exist")
+    GENERATORS = goldens.generators()
     bin_dir = goldens.repo_root() / "build" / "bin"
     table = Table(title="kdtr configurations")
     for col in ("op", "config", "tier", "golden", "size", "binary"):
@@ -284,9 +369,13 @@ def list_(golden_dir) -> None:
 
 
 def entry() -> None:
-    """Console-script entry point: click's usage errors as one line on stderr, exit 2."""
+    """Console-script entry point: click's usage errors as one line on stderr, exit 2;
+    bare ``kdtr`` (no command) prints the help on stderr and exits 2."""
     try:
         main(standalone_mode=False, prog_name="kdtr")
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else "kdtr: no command given", err=True)
+        sys.exit(2)
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "kdtr"
         click.echo(f"{where}: error: {exc.format_message()}", err=True)
