@@ -4,7 +4,8 @@ Each configuration is named by the code path it aims at. Trees are random but
 well-formed (parents before children, links in index order, distinct sibling tokens)
 unless the config says otherwise; target predictions follow DESIGN 4: the first child
 with high probability, sometimes a non-first child, sometimes a token matching no child
-(early stop); leaves always get a non-child token.
+(early stop); leaves always get a non-child token. Token ids of live slots are
+non-negative except in ``negative_token``, which aims at status NEGATIVE_TOKEN.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Config:
     depth: int = 8
     topk: int = 8
     kind: str = "random"  # random | underfull | chain | root_only | full_accept | non_first | zero | malformed
+    #                       | negative
 
 
 CONFIGS: dict[str, Config] = {
@@ -50,6 +52,8 @@ CONFIGS: dict[str, Config] = {
     "non_first_child": Config("predictions choose a non-first child at every step", 1009, 6, 64, depth=6, topk=6, kind="non_first"),
     "token_id_zero": Config("accepted draft tokens with id 0 (not padding)", 1010, 4, 32, depth=6, topk=4, kind="zero"),
     "malformed": Config("cycle in next_sibling, wild index, bad node_count: statuses 1-3", 1011, 8, 16, depth=4, topk=4, kind="malformed"),
+    "negative_token": Config("negative token ids in live slots (status 4 NEGATIVE_TOKEN), on and off the walk, "
+                             "and only past node_count (OK)", 1012, 10, 16, depth=4, topk=4, kind="negative"),
 }
 
 
@@ -176,6 +180,72 @@ def _synth_malformed(cfg: Config, rng: np.random.Generator, t: int) -> dict[str,
     return d
 
 
+def _synth_negative(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+    """A negative token id (-1 is the padding value) in a live slot 0..node_count of
+    node_token_ids or target_predict is NEGATIVE_TOKEN wherever it is, reached by the walk
+    or not; past node_count it is padding and does not count (docs/ops/tree_accept.md).
+
+    Rows: 0 well-formed; 1, 2 the issue's inputs (a) and (b) padded to T; 3 target_predict
+    -1 at a live leaf the walk never reaches; 4 node_token_ids -5 at a live slot the walk
+    never reaches; 5 a negative root token (slot 0 is live, though no walk reads it);
+    6 negatives only past node_count (status OK, a real walk); 7 node_count out of range
+    and a negative token (BAD_NODE_COUNT comes first); 8 a negative token and a sibling
+    cycle on the walk (NEGATIVE_TOKEN comes first); 9 a full tree (node_count = T - 1)
+    with target_predict INT64_MIN at its last slot.
+    """
+    trees = [random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB) for _ in range(cfg.batch)]
+    if any(tr.node_count != cfg.budget for tr in trees):
+        raise ValueError(f"negative_token: depth {cfg.depth}, top-k {cfg.topk} cannot hold {cfg.budget} nodes")
+    targets = [synth_target_predict(rng, tr, VOCAB) for tr in trees]
+    d = _batch(trees, targets)
+    ids, nt, ns, nc, tp = d["node_token_ids"], d["next_token"], d["next_sibling"], d["node_count"], d["target_predict"]
+
+    def stop_at_root(r: int) -> None:  # the walk inspects the root's children only
+        tp[r, 0] = non_child_token(rng, trees[r], 0, VOCAB)
+
+    def off_walk_slot(r: int) -> int:  # a live slot below a root child (never visited by stop_at_root)
+        slots = [s for s in range(1, t) if trees[r].depths[s] >= 2]
+        return slots[int(rng.integers(0, len(slots)))]
+
+    def issue_row(r: int, row_ids, row_nt, row_ns, count: int, row_tp) -> None:
+        k = len(row_ids)
+        ids[r], nt[r], ns[r], tp[r] = -1, -1, -1, 0
+        ids[r, :k], nt[r, :k], ns[r, :k], tp[r, :k] = row_ids, row_nt, row_ns, row_tp
+        nc[r] = count
+
+    # rows 1, 2: issue 8 item 3 (a) and (b)
+    issue_row(1, [42, 5, -1, -1], [1, -1, -1, -1], [-1, -1, -1, -1], 1, [-1, 7, 0, 0])
+    issue_row(2, [42, -1, 7, -1], [1, -1, -1, -1], [-1, 2, -1, -1], 2, [-1, 55, 0, 0])
+    # row 3: target_predict -1 at a live leaf that the walk never reaches
+    stop_at_root(3)
+    leaves = [s for s in range(1, t) if trees[3].next_token[s] == -1 and trees[3].depths[s] >= 2]
+    tp[3, leaves[-1]] = -1
+    # row 4: node_token_ids -5 at a live slot that the walk never reaches
+    stop_at_root(4)
+    ids[4, off_walk_slot(4)] = -5
+    # row 5: a negative root token
+    ids[5, 0] = -3
+    # row 6: negatives only past node_count: status OK
+    nc[6] = nc[6] // 2
+    ids[6, nc[6] + 1:] = -9
+    tp[6, nc[6] + 1:] = -9
+    nt[6, nt[6] > nc[6]] = -1  # cut the links into the dropped slots (parents precede children)
+    ns[6, ns[6] > nc[6]] = -1
+    nt[6, nc[6] + 1:] = -1
+    ns[6, nc[6] + 1:] = -1
+    # row 7: node_count out of range comes before the negative token
+    nc[7] = t
+    tp[7, 0] = -1
+    # row 8: a negative token and a sibling cycle on the walk: NEGATIVE_TOKEN comes first
+    kids = trees[8].children(0)
+    ns[8, kids[-1]] = kids[0]
+    stop_at_root(8)
+    ids[8, off_walk_slot(8)] = -1
+    # row 9: the last slot of a full tree
+    tp[9, t - 1] = np.iinfo(np.int64).min
+    return d
+
+
 _SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "underfull": _synth_underfull,
@@ -185,6 +255,7 @@ _SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndar
     "non_first": _synth_non_first,
     "zero": _synth_zero,
     "malformed": _synth_malformed,
+    "negative": _synth_negative,
 }
 
 

@@ -4,7 +4,8 @@ The reference chains the three numpy references exactly as a device would: the t
 tree_build returns feeds verify_attn (its visibility, tree_len = node_count + 1) and
 tree_accept (node_token_ids, next_token, next_sibling, node_count). target_predict is
 synthesized on that reference tree as in DESIGN 4 (first child mostly, sometimes another
-child, sometimes no child; leaves never match). Outputs of the three ops are named
+child, sometimes no child; leaves never match), -1 past node_count; ``invalid_rows`` also
+puts negative tokens where tree_accept must answer NEGATIVE_TOKEN (docs/ops/greedy_step.md). Outputs of the three ops are named
 ``<op>.<output>`` (``tree_build.status`` and ``tree_accept.status`` would collide).
 """
 
@@ -56,7 +57,8 @@ CONFIGS: dict[str, Config] = {
     "underfull": Config("D=2, K=3 trees hold 12 of a budget of 32", 4004, 4, 2, 3, 32, 4, 72, 64, (20,),
                         kind="underfull"),
     "ties": Config("log-probs from {0, -0.5, -1, -2}: tied scores", 4005, 4, 5, 4, 32, 4, 72, 64, (16,), kind="ties"),
-    "invalid_rows": Config("tree_build statuses (NaN, bad budget) flow into a root-only verify and accept", 4006, 4,
+    "invalid_rows": Config("tree_build statuses (NaN, bad budget, negative id) flow into a root-only verify and "
+                           "accept; negative tokens reach tree_accept (NEGATIVE_TOKEN)", 4006, 6,
                            5, 4, 16, 4, 72, 64, (8,), kind="invalid"),
 }
 
@@ -74,8 +76,11 @@ def _build_inputs(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray
         vals = rng.choice(np.array([0.0, -0.5, -1.0, -2.0], np.float32), size=lp.shape, p=[0.4, 0.3, 0.2, 0.1])
         x["top_log_probs"] = -np.sort(-vals, axis=-1).astype(np.float32)
     if cfg.kind == "invalid":
-        x["top_log_probs"][1, 0, 1] = np.nan
-        x["budget"][2] = cfg.budget + 5
+        x["top_log_probs"][1, 0, 1] = np.nan  # tree_build NON_FINITE: root-only tree
+        x["budget"][2] = cfg.budget + 5  # tree_build BAD_BUDGET: root-only tree
+        x["top_token_ids"][3, 1, 2] = -4  # tree_build NEGATIVE_ID: root-only tree, tree_accept OK
+        x["root_token_ids"][4] = -3  # not a tree_build defect; slot 0 is live: tree_accept NEGATIVE_TOKEN
+        # row 5: target_predict -1 at the tree's last live slot (set in generate): NEGATIVE_TOKEN
     return x
 
 
@@ -109,6 +114,9 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         tr = Tree(int(tree.node_count[r]), tree.parents[r], tree.node_depths[r], tree.node_token_ids[r],
                   tree.next_token[r], tree.next_sibling[r])
         target[r] = synth_target_predict(rng, tr, VOCAB)
+    if cfg.kind == "invalid":
+        target[0, 0] = tree.node_token_ids[0, tree.next_token[0, 0]]  # the valid row 0 accepts >= 1 node
+        target[5, tree.node_count[5]] = -1  # a negative target token in a live slot: NEGATIVE_TOKEN
     acc = accept_op.tree_accept(tree.node_token_ids, tree.next_token, tree.next_sibling, tree.node_count, target)
 
     inputs = dict(bx, q=q, kv_cache=kv, prefix_len=prefix, sm_scale=sm_scale, d_v=d_v, target_predict=target)

@@ -7,12 +7,20 @@ import pytest
 
 import kdtr
 from generators import gen_accept_refs as gen
-from kdtr.ops.tree_accept import STATUS_BAD_INDEX, STATUS_BAD_NODE_COUNT, STATUS_CYCLE
+from kdtr.ops.tree_accept import (
+    STATUS_BAD_INDEX,
+    STATUS_BAD_NODE_COUNT,
+    STATUS_CYCLE,
+    STATUS_NEGATIVE_TOKEN,
+    STATUS_OK,
+    tree_accept,
+)
 
 REQUIRED = {
     "default", "mid", "wide", "underfull", "chain", "large_batch", "root_only",
-    "full_accept", "non_first_child", "token_id_zero", "malformed",
+    "full_accept", "non_first_child", "token_id_zero", "malformed", "negative_token",
 }
+DEFECTIVE = {"malformed", "negative_token"}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +48,24 @@ def test_generation_is_deterministic_and_committed(name, goldens, repo_root):
 
 
 def test_well_formed_configs_have_status_ok(goldens):
-    for name in REQUIRED - {"malformed"}:
+    for name in set(gen.CONFIGS) - DEFECTIVE:
         assert (t(goldens, name, "expected.status") == 0).all(), name
+
+
+def live_slots(goldens, name):
+    """(request, slot) of every live slot (0..node_count) of a configuration."""
+    counts = t(goldens, name, "input.node_count")
+    return [(b, s) for b in range(len(counts)) for s in range(int(counts[b]) + 1)]
+
+
+def test_well_formed_configs_have_real_tokens_in_live_slots(goldens):
+    """Live draft and target tokens are real ids in [0, VOCAB] (VOCAB itself only as a
+    non-child token when every id is a child); -1 appears only past node_count."""
+    for name in set(gen.CONFIGS) - DEFECTIVE:
+        for key in ("input.node_token_ids", "input.target_predict"):
+            v = t(goldens, name, key)
+            live = np.array([v[b, s] for b, s in live_slots(goldens, name)])
+            assert ((live >= 0) & (live <= gen.VOCAB)).all(), (name, key)
 
 
 def test_large_batch_is_64_requests(goldens):
@@ -54,7 +78,7 @@ def test_predictions_mix_first_child_other_child_and_early_stop(goldens):
     ns = t(goldens, "large_batch", "input.next_sibling")
     tp = t(goldens, "large_batch", "input.target_predict")
     counts = t(goldens, "large_batch", "input.node_count")
-    first = other = stop = 0
+    first = other = stop = leaves = 0
     for b in range(ids.shape[0]):
         for s in range(counts[b] + 1):
             kids = []
@@ -62,8 +86,9 @@ def test_predictions_mix_first_child_other_child_and_early_stop(goldens):
             while c != -1:
                 kids.append(c)
                 c = ns[b, c]
-            if not kids:
-                assert tp[b, s] not in ids[b, kids]  # leaves: never a child token
+            if not kids:  # a leaf: a real token (never padding), so the walk stops there with a bonus
+                assert 0 <= tp[b, s] <= gen.VOCAB
+                leaves += 1
                 continue
             if tp[b, s] == ids[b, kids[0]]:
                 first += 1
@@ -71,7 +96,7 @@ def test_predictions_mix_first_child_other_child_and_early_stop(goldens):
                 other += 1
             else:
                 stop += 1
-    assert first > other > 0 and stop > 0
+    assert first > other > 0 and stop > 0 and leaves > 0
 
 
 def test_underfull_and_root_only(goldens):
@@ -111,3 +136,58 @@ def test_malformed_statuses(goldens):
     bad = np.array(status) != 0
     assert (t(goldens, "malformed", "expected.accepted_count")[bad] == 0).all()
     assert (t(goldens, "malformed", "expected.proposed")[bad] == -1).all()
+
+
+def test_negative_token_rows(goldens):
+    """The rows promised by gen_accept_refs._synth_negative, and that the defects of rows 3,
+    4 and 8 lie off the walk: with the negative ids repaired the walk never looks there."""
+    x = goldens["negative_token"][0]
+    status = x["expected.status"].tolist()
+    n4 = STATUS_NEGATIVE_TOKEN
+    assert status == [STATUS_OK, n4, n4, n4, n4, n4, STATUS_OK, STATUS_BAD_NODE_COUNT, n4, n4]
+    bad = np.array(status) != STATUS_OK
+    assert (x["expected.accepted_count"][bad] == 0).all()
+    assert (x["expected.accepted_path"][bad, 0] == 0).all() and (x["expected.accepted_path"][bad, 1:] == -1).all()
+    assert (x["expected.proposed"][bad] == -1).all()
+    ids, tp, nc = x["input.node_token_ids"], x["input.target_predict"], x["input.node_count"]
+    # rows 1, 2: the issue's inputs (a) and (b)
+    assert ids[1, :4].tolist() == [42, 5, -1, -1] and tp[1, :4].tolist() == [-1, 7, 0, 0] and nc[1] == 1
+    assert ids[2, :4].tolist() == [42, -1, 7, -1] and tp[2, :4].tolist() == [-1, 55, 0, 0] and nc[2] == 2
+    assert ids[5, 0] < 0  # the root
+    # row 6: negatives fill every slot past node_count, the walk accepts something
+    assert (ids[6, nc[6] + 1:] < 0).all() and (tp[6, nc[6] + 1:] < 0).all()
+    assert x["expected.accepted_count"][6] > 0
+    # row 9: a full tree, INT64_MIN at its last slot
+    assert nc[9] == ids.shape[1] - 1 and tp[9, -1] == np.iinfo(np.int64).min
+    # rows 3, 4, 8: repaired, the walk stops at the root and the defect is not a root child
+    for r in (3, 4, 8):
+        row = {k[len("input."):]: np.array(v[r : r + 1]) for k, v in x.items() if k.startswith("input.")}
+        neg = [s for s in range(nc[r] + 1) if ids[r, s] < 0 or tp[r, s] < 0]
+        assert len(neg) == 1 and neg[0] > 0, r
+        row["node_token_ids"][0, neg] = np.abs(row["node_token_ids"][0, neg])
+        row["target_predict"][0, neg] = gen.VOCAB + 1
+        repaired = tree_accept(**row)
+        assert repaired.status[0] == (STATUS_CYCLE if r == 8 else STATUS_OK), r
+        assert repaired.accepted_count[0] == 0, r
+        kids, c = [], row["next_token"][0, 0]
+        while c != -1 and c not in kids:
+            kids.append(c)
+            c = row["next_sibling"][0, c]
+        assert neg[0] not in kids, r
+
+
+def test_greedy_step_invalid_rows_reach_negative_token():
+    """greedy_step inherits NEGATIVE_TOKEN (docs/ops/greedy_step.md): a negative root token
+    (row 4: tree_build passes it through) and a negative target token at a live slot (row 5);
+    a negative draft id (row 3) is tree_build's NEGATIVE_ID, whose root-only tree accepts
+    nothing and proposes target_predict[3][0]."""
+    from generators import gen_greedy_step_refs as gs
+
+    x, _ = gs.generate("invalid_rows")
+    assert x["expected.tree_build.status"].tolist() == [0, 3, 1, 6, 0, 0]
+    assert x["expected.tree_accept.status"].tolist() == [0, 0, 0, 0, STATUS_NEGATIVE_TOKEN, STATUS_NEGATIVE_TOKEN]
+    assert x["input.root_token_ids"][4] < 0
+    assert (x["input.target_predict"][5, : x["expected.tree_build.node_count"][5] + 1] < 0).sum() == 1
+    assert (x["expected.tree_accept.proposed"][4:] == -1).all()
+    assert x["expected.tree_accept.proposed"][3].tolist() == [x["input.target_predict"][3, 0]] + [-1] * 16
+    assert x["expected.tree_accept.accepted_count"][0] > 0

@@ -19,6 +19,15 @@
 // followed index by [1, node_count], so no input can hang it or make it read outside
 // [0, T) of a row.  A malformed request (status != 0) is rejected whole:
 // accepted_count 0, accepted_path [0, -1, ...], proposed all -1.
+//
+// Checks, in this order (the first that holds is the status): node_count in [0, T-1]
+// (BAD_NODE_COUNT); no negative token id in node_token_ids[0..node_count] or
+// target_predict[0..node_count] (NEGATIVE_TOKEN; every live slot, not only those the walk
+// reaches, so the verdict does not depend on the walk; -1 is the padding value of empty
+// slots); then the walk's own BAD_INDEX and CYCLE.  The first two are request-level and
+// come before any walk: tree_accept_node_count_ok and tree_accept_negative_in_stripe
+// (striped over lanes so the CUDA kernel can spread the scan over a warp), then
+// tree_accept_walk_links.  tree_accept_walk runs all of it on one worker.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +42,8 @@ enum TreeAcceptStatus : int32_t {
   TREE_ACCEPT_BAD_NODE_COUNT = 1,  // node_count outside [0, T-1]
   TREE_ACCEPT_BAD_INDEX = 2,       // a followed link outside {-1} U [1, node_count]
   TREE_ACCEPT_CYCLE = 3,           // more than node_count link visits
+  TREE_ACCEPT_NEGATIVE_TOKEN = 4,  // a token id < 0 in a live slot 0..node_count of
+                                   // node_token_ids or target_predict
 };
 
 struct TreeAcceptResult {
@@ -40,14 +51,32 @@ struct TreeAcceptResult {
   int32_t status;          // TreeAcceptStatus
 };
 
-// The walk.  For an OK request it writes accepted_path[0 .. accepted_count] and
-// proposed[0 .. accepted_count] (nothing after them); for a malformed one it may have
-// written some of those entries, which tree_accept_fill then overwrites.
-KDTR_HD inline TreeAcceptResult tree_accept_walk(const int64_t* node_token_ids, const int32_t* next_token,
-                                                 const int32_t* next_sibling, int32_t node_count,
-                                                 const int64_t* target_predict, int64_t T,
-                                                 int32_t* accepted_path, int64_t* proposed) {
-  if (node_count < 0 || static_cast<int64_t>(node_count) > T - 1) return {0, TREE_ACCEPT_BAD_NODE_COUNT};
+// Check 1: node_count in [0, T-1] (the live slots 0..node_count lie inside the row).
+KDTR_HD inline bool tree_accept_node_count_ok(int32_t node_count, int64_t T) {
+  return node_count >= 0 && static_cast<int64_t>(node_count) <= T - 1;
+}
+
+// Check 2, one stripe of it: whether a live slot s in [0, node_count] with
+// s = lane (mod lanes) holds a negative id in node_token_ids or target_predict.  The
+// request has a NEGATIVE_TOKEN exactly when some lane in [0, lanes) returns true.  Requires
+// tree_accept_node_count_ok (then it reads only [0, node_count] within [0, T)).
+KDTR_HD inline bool tree_accept_negative_in_stripe(const int64_t* node_token_ids, const int64_t* target_predict,
+                                                   int32_t node_count, int64_t lane, int64_t lanes) {
+  bool negative = false;
+  for (int64_t s = lane; s <= static_cast<int64_t>(node_count); s += lanes)
+    negative |= (node_token_ids[s] < 0) | (target_predict[s] < 0);
+  return negative;
+}
+
+// The walk proper, for a request that passed checks 1 and 2 (it relies on check 1 for its
+// bounds; check 2 does not affect its memory safety).  For an OK request it writes
+// accepted_path[0 .. accepted_count] and proposed[0 .. accepted_count] (nothing after
+// them); for a malformed one (BAD_INDEX, CYCLE) it may have written some of those
+// entries, which tree_accept_fill then overwrites.
+KDTR_HD inline TreeAcceptResult tree_accept_walk_links(const int64_t* node_token_ids, const int32_t* next_token,
+                                                       const int32_t* next_sibling, int32_t node_count,
+                                                       const int64_t* target_predict, int32_t* accepted_path,
+                                                       int64_t* proposed) {
   int32_t cur = 0;
   int32_t accepted = 0;
   int64_t visits = 0;  // child links followed over the whole walk
@@ -73,6 +102,19 @@ KDTR_HD inline TreeAcceptResult tree_accept_walk(const int64_t* node_token_ids, 
   }
   proposed[accepted] = target_predict[cur];  // the bonus token
   return {accepted, TREE_ACCEPT_OK};
+}
+
+// All the checks and the walk on one worker, in the contract's order.  Writes what
+// tree_accept_walk_links writes (nothing when a request-level check fails).
+KDTR_HD inline TreeAcceptResult tree_accept_walk(const int64_t* node_token_ids, const int32_t* next_token,
+                                                 const int32_t* next_sibling, int32_t node_count,
+                                                 const int64_t* target_predict, int64_t T,
+                                                 int32_t* accepted_path, int64_t* proposed) {
+  if (!tree_accept_node_count_ok(node_count, T)) return {0, TREE_ACCEPT_BAD_NODE_COUNT};
+  if (tree_accept_negative_in_stripe(node_token_ids, target_predict, node_count, 0, 1))
+    return {0, TREE_ACCEPT_NEGATIVE_TOKEN};
+  return tree_accept_walk_links(node_token_ids, next_token, next_sibling, node_count, target_predict, accepted_path,
+                                proposed);
 }
 
 // The rest of the output rows, striped over `lanes` workers (lane in [0, lanes)): -1

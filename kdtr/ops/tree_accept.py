@@ -9,7 +9,10 @@ exists; the bonus token is the target's token at the last accepted slot.
 
 Malformed trees never hang or read out of range: every walk is bounded by node_count
 child-link visits and every followed index by [1, node_count]; a malformed request is
-rejected whole with a nonzero status (codes below).
+rejected whole with a nonzero status (codes below). A negative token id (-1 is the
+padding value of empty slots) in a live slot 0..node_count of node_token_ids or
+target_predict is malformed as well (NEGATIVE_TOKEN), checked on every live slot before
+the walk so that the verdict does not depend on which slots the walk reaches.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ STATUS_OK = 0
 STATUS_BAD_NODE_COUNT = 1
 STATUS_BAD_INDEX = 2
 STATUS_CYCLE = 3
-STATUS_NAMES = {0: "OK", 1: "BAD_NODE_COUNT", 2: "BAD_INDEX", 3: "CYCLE"}
+STATUS_NEGATIVE_TOKEN = 4
+STATUS_NAMES = {0: "OK", 1: "BAD_NODE_COUNT", 2: "BAD_INDEX", 3: "CYCLE", 4: "NEGATIVE_TOKEN"}
 
 
 @dataclass
@@ -56,16 +60,22 @@ def accept_request(
 ) -> tuple[int, list[int], list[int], int]:
     """Walk one request's tree.
 
-    Args: the request's rows (length T each) and its node_count.
+    Args: the request's rows (int64 node_token_ids and target_predict, int32 next_token
+    and next_sibling; length T each) and its node_count.
 
     Returns:
         (accepted_count, path slots, proposed tokens incl. the bonus token, status); for a
-        malformed tree: (0, [0], [], status).
+        malformed tree: (0, [0], [], status). Checked in this order: BAD_NODE_COUNT
+        (node_count outside [0, T-1]), NEGATIVE_TOKEN (a negative id in
+        node_token_ids[0..node_count] or target_predict[0..node_count], whether or not the
+        walk reaches that slot), then during the walk BAD_INDEX and CYCLE.
     """
     t = len(node_token_ids)
     n = int(node_count)
     if n < 0 or n > t - 1:
         return 0, [0], [], STATUS_BAD_NODE_COUNT
+    if (np.asarray(node_token_ids[: n + 1]) < 0).any() or (np.asarray(target_predict[: n + 1]) < 0).any():
+        return 0, [0], [], STATUS_NEGATIVE_TOKEN
     cur = 0
     path = [0]
     tokens: list[int] = []
@@ -103,18 +113,23 @@ def tree_accept(
     """Greedy acceptance over a batch of verified draft trees.
 
     Args:
-        node_token_ids: int64 [B,T], draft token per slot (slot 0 = root token, -1 empty).
+        node_token_ids: int64 [B,T], draft token per slot (slot 0 = root token, -1 empty);
+            >= 0 in the live slots 0..node_count, else status NEGATIVE_TOKEN.
         next_token: int32 [B,T], first child (smallest-index child) per slot, -1 if none.
         next_sibling: int32 [B,T], next larger-index child of the same parent, -1 if none.
         node_count: int32 [B], draft nodes per request, root excluded.
-        target_predict: int64 [B,T], the target model's greedy token at each slot.
+        target_predict: int64 [B,T], the target model's greedy token at each slot; >= 0 in
+            the live slots 0..node_count, else status NEGATIVE_TOKEN.
 
     Returns:
-        :class:`AcceptResult`; rows padded with -1 after accepted_count + 1 entries.
+        :class:`AcceptResult`; rows padded with -1 after accepted_count + 1 entries. A
+        malformed request (status BAD_NODE_COUNT, NEGATIVE_TOKEN, BAD_INDEX or CYCLE; see
+        :func:`accept_request` for the order) gets accepted_count 0, accepted_path
+        [0, -1, ...] and proposed all -1.
 
     Raises:
-        ValueError: inconsistent shapes or dtypes (never for malformed trees: those get a
-            per-request status).
+        ValueError: inconsistent shapes or dtypes (never for malformed trees or negative
+            token ids: those get a per-request status).
     """
     ids = np.asarray(node_token_ids)
     if ids.ndim != 2:
