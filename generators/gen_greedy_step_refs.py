@@ -5,8 +5,9 @@ tree_build returns feeds verify_attn (its visibility, tree_len = node_count + 1)
 tree_accept (node_token_ids, next_token, next_sibling, node_count). target_predict is
 synthesized on that reference tree as in DESIGN 4 (first child mostly, sometimes another
 child, sometimes no child; leaves never match), -1 past node_count; ``invalid_rows`` also
-puts negative tokens where tree_accept must answer NEGATIVE_TOKEN (docs/ops/greedy_step.md). Outputs of the three ops are named
-``<op>.<output>`` (``tree_build.status`` and ``tree_accept.status`` would collide).
+puts negative tokens where tree_accept must answer NEGATIVE_TOKEN (docs/ops/greedy_step.md).
+Outputs of the three ops are named ``<op>.<output>`` (``tree_build.status`` and
+``tree_accept.status`` would collide).
 """
 
 from __future__ import annotations
