@@ -8,7 +8,11 @@ cache rows >= prefix_len + tree_len, 1 in visibility outside the valid square). 
 runs on every backend and CUDA kernel that applies; outputs are compared with the
 float64 reference (kdtr.ops.verify_attn) under the goldens' tolerance model
 (docs/ops/verify_attn.md, "Tolerances"); padding rows and empty rows must be exactly
-0 / -inf.
+0 / -inf. The ``*_nonfinite_*`` cases put NaN and infinities inside the valid region
+(generators.gen_verify_attn_refs.inject_nonfinite, one kind per request, at K2 dims with
+prefixes past one 64-key tile, and with d_v > 512): a row must be NaN (lse and every out
+element) exactly where the reference's is (docs/ops/verify_attn.md, "NaN and
+infinities"), and no NaN may appear elsewhere.
 
     python3 bench/check_verify_attn.py [--bin build/bin/kdtr_verify_attn] [--backend cpu --backend cuda]
 
@@ -49,6 +53,7 @@ class Case:
     prefix: tuple[int, ...]
     tree_len: tuple[int, ...]
     empty_rows: bool = False  # blank some visibility rows (with prefix 0: rows with no key)
+    nonfinite: tuple[str, ...] = ()  # per request: gen.inject_nonfinite kinds
 
 
 CASES = [
@@ -65,6 +70,12 @@ CASES = [
     Case("th231_bf16", "bf16", 2, 33, 7, 72, 64, (60, 129), (17, 33)),
     Case("dv1_bf16", "bf16", 1, 4, 16, 32, 1, (5,), (3,)),
     Case("all_empty_f32", "f32", 2, 4, 2, 16, 8, (0, 3), (0, 0)),
+    Case("k2_nonfinite_bf16", "bf16", 7, 9, 64, 576, 512, (70, 70, 3, 70, 65, 0, 0), (9,) * 7,
+         nonfinite=gen.NONFINITE_KINDS),
+    Case("k2_nonfinite_f32", "f32", 7, 9, 64, 576, 512, (70, 70, 3, 70, 65, 0, 0), (9,) * 7,
+         nonfinite=gen.NONFINITE_KINDS),
+    Case("dv600_nonfinite_f32", "f32", 7, 5, 2, 640, 600, (30, 64, 2, 3, 66, 0, 0), (5,) * 7,
+         nonfinite=gen.NONFINITE_KINDS),
 ]
 
 
@@ -88,7 +99,7 @@ def synth(c: Case, seed: int) -> dict[str, np.ndarray]:
             vis[r, 1, :tl] = 0  # no tree key: with prefix 0, no key at all
             vis[r, tl - 1, :tl] = 0
     gen.poison(q, kv, vis, prefix, tree_len)
-    return {
+    x = {
         "q": q,
         "kv_cache": kv,
         "prefix_len": prefix,
@@ -97,10 +108,14 @@ def synth(c: Case, seed: int) -> dict[str, np.ndarray]:
         "sm_scale": np.array(c.Dqk**-0.5, np.float32),
         "d_v": np.array(c.d_v, np.int32),
     }
+    if c.nonfinite:
+        gen.inject_nonfinite(x, c.nonfinite)
+    return x
 
 
 def tolerance(x: dict[str, np.ndarray]) -> tuple[float, float, float]:
-    """(out atol, lse atol, lse rtol): the goldens' model (docs/ops/verify_attn.md)."""
+    """(out atol, lse atol, lse rtol): the goldens' model (docs/ops/verify_attn.md);
+    non-finite scores and values are left out, as in gen.tolerances."""
     smax, vmax = 1.0, 1.0
     for r in range(x["q"].shape[0]):
         pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
@@ -108,8 +123,13 @@ def tolerance(x: dict[str, np.ndarray]) -> tuple[float, float, float]:
             continue
         keys = x["kv_cache"][r, : pl + tl].astype(np.float64)
         qr = x["q"][r, :tl].astype(np.float64)
-        smax = max(smax, float(np.abs(np.einsum("thd,ld->thl", qr, keys)).max()) * float(x["sm_scale"]))
-        vmax = max(vmax, float(np.abs(keys[:, : int(x["d_v"])]).max()))
+        with np.errstate(invalid="ignore", over="ignore"):
+            a = np.abs(np.einsum("thd,ld->thl", qr, keys))
+        a = a[np.isfinite(a)]
+        v = np.abs(keys[:, : int(x["d_v"])])
+        v = v[np.isfinite(v)]
+        smax = max(smax, float(a.max()) * float(x["sm_scale"]) if a.size else 0.0)
+        vmax = max(vmax, float(v.max()) if v.size else 0.0)
     out_atol = max(1e-5, 2 * U32 * smax * vmax)
     if x["q"].dtype != np.float32:
         out_atol += 2.0**-8 * vmax
@@ -129,13 +149,15 @@ def check(binary: Path, backend: str, kernel: str, golden: Path, x, ref_out, ref
     f = kdtr.load(outp)
     out, lse = np.asarray(f.tensors["out"]), np.asarray(f.tensors["lse"])
     name = f.metadata.get("kernel", "?")
-    if np.isnan(out).any() or np.isnan(lse).any():
-        return "FAIL", f"{name}: NaN in output"
-    empty = ~np.isfinite(ref_lse)
+    nan_rows = np.isnan(ref_lse)  # the reference's NaN rows: lse and every out element NaN
+    if not (np.array_equal(np.isnan(lse), nan_rows) and np.array_equal(np.isnan(out).any(-1), nan_rows)
+            and np.isnan(out[nan_rows]).all()):
+        return "FAIL", f"{name}: NaN rows differ from the reference's ({int(nan_rows.sum())} NaN rows expected)"
+    empty = ref_lse == -np.inf
     if not (np.all(out[empty] == 0) and np.all(lse[empty] == -np.inf)):
         return "FAIL", f"{name}: empty/padding rows are not exactly 0 / -inf"
-    eo = float(np.abs(out.astype(np.float64) - ref_out).max()) if out.size else 0.0
-    fin = ~empty
+    fin = np.isfinite(ref_lse)
+    eo = float(np.abs(out[fin].astype(np.float64) - ref_out[fin]).max()) if fin.any() else 0.0
     el = float(np.abs(lse[fin].astype(np.float64) - ref_lse[fin]).max()) if fin.any() else 0.0
     lse_ok = np.all(np.abs(lse[fin].astype(np.float64) - ref_lse[fin]) <= tol[1] + tol[2] * np.abs(ref_lse[fin]))
     ok = eo <= tol[0] and bool(lse_ok)

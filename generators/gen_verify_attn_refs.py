@@ -5,6 +5,11 @@ stars). Everything a correct kernel must not read is poisoned: q rows past tree_
 cache rows past prefix_len + tree_len are NaN, visibility entries outside the valid
 square are 1. Tolerances are computed per golden from the data (see
 ``tolerances`` and docs/ops/verify_attn.md, "Tolerances").
+
+Configurations with ``nonfinite`` kinds (``nan_scores``, ``nan_scores_bf16``) put NaN and
+infinities inside the valid region on purpose (``inject_nonfinite``): their expected
+outputs hold NaN (docs/ops/verify_attn.md, "NaN and infinities") and their contracts use
+the NaN policy ``equal``.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Config:
     sm_scale: float = 0.0  # 0: Dqk^-0.5
     tree_len: tuple[int, ...] = ()  # per request (cycled); empty: full trees (T)
     tier: str = "committed"
+    nonfinite: tuple[str, ...] = ()  # per request (cycled): a NONFINITE_KINDS entry or "" (none)
 
 
 CONFIGS: dict[str, Config] = {
@@ -61,6 +67,14 @@ CONFIGS: dict[str, Config] = {
                            (96, 40), sm_scale=K2_SCALE),
     "k2_dims_bf16": Config("Kimi K2 dims, bf16 inputs", 3009, 2, 9, 64, 576, 512, (96, 40), dtype="bf16",
                            sm_scale=K2_SCALE),
+    "nan_scores": Config("NaN / inf inside the valid region, one case per request (docs: NaN and infinities)",
+                         3011, 8, 5, 2, 24, 16, (3, 4, 2, 3, 3, 0, 0, 2), tree_len=(5, 5, 5, 4, 5, 5, 5, 1),
+                         nonfinite=("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key",
+                                    "only_neg_inf", "no_key", "")),
+    "nan_scores_bf16": Config("nan_scores with bf16 inputs (the tensor-core kernel on cuda)", 3012, 8, 5, 2, 24, 16,
+                              (3, 4, 2, 3, 3, 0, 0, 2), tree_len=(5, 5, 5, 4, 5, 5, 5, 1), dtype="bf16",
+                              nonfinite=("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key",
+                                         "only_neg_inf", "no_key", "")),
     "long_prefix": Config("K2 dims, bf16, prefix 4096, T=65 (second tier)", 3010, 2, 65, 64, 576, 512, (4096, 4000),
                           dtype="bf16", sm_scale=K2_SCALE, tier="cache"),
 }
@@ -99,6 +113,81 @@ def poison(q: np.ndarray, kv: np.ndarray, vis: np.ndarray | None, prefix: np.nda
             vis[r, :, tl:] = 1
 
 
+NONFINITE_KINDS = ("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key", "only_neg_inf", "no_key")
+
+
+def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
+    """In place: request r gets the non-finite case ``kinds[r % len(kinds)]`` ("" = none).
+
+    Cases (docs/ops/verify_attn.md, "NaN and infinities"; the expected result in brackets):
+
+    - ``nan_q``: NaN in q[r, 1, 0, Dqk // 2] [that row and head NaN, the rest finite].
+    - ``nan_prefix_key``: NaN in value dim 0 of prefix key 0 [every row of r NaN].
+    - ``nan_tree_key``: NaN in value dim 0 of tree slot tl-2's key [the rows that see
+      that slot (itself, perhaps tl-1) NaN; the others, rows 0..tl-3, finite: a kernel must
+      not form 0 * NaN in P V].
+    - ``inf_q``: +inf in q[r, 1, 0, 2] and key dim 2 positive on every key [+inf scores:
+      that row and head NaN].
+    - ``neg_inf_key``: -inf in value dim 3 of prefix key 0, q dim 3 positive except head
+      H-1 of the last row [its -inf score has weight 0 and rows stay finite, value dim 3
+      included (no 0 * inf); that last row's head sees +inf and is NaN].
+    - ``only_neg_inf`` (prefix_len 0): as ``neg_inf_key`` on tree slot 0's key with q
+      dim 3 positive everywhere, and row 1 sees only slot 0 [rows 0 and 1 see only -inf
+      scores: NaN; the others finite].
+    - ``no_key`` (prefix_len 0): row 1 sees no key [out 0, lse -inf; the others finite].
+
+    Args:
+        x: the inputs of :func:`synth` (q [B,T,H,Dqk], kv_cache [B,S,Dqk], prefix_len,
+            tree_len, visibility [B,T,T] u8, d_v); modified in place.
+        kinds: entries of NONFINITE_KINDS or "".
+
+    Raises:
+        ValueError: an unknown kind, or a request that the kind does not fit (naming the
+            request, the kind and the field): tree_len < 3 (< 2 for nan_q, inf_q,
+            neg_inf_key), prefix_len 0 for nan_prefix_key / neg_inf_key, prefix_len > 0 for
+            only_neg_inf / no_key, Dqk < 4 or d_v < 4.
+    """
+    q, kv, vis = x["q"], x["kv_cache"], x["visibility"]
+    _, _, h, dqk = q.shape
+    d_v = int(x["d_v"])
+    dt = q.dtype
+    for r in range(q.shape[0]):
+        kind = kinds[r % len(kinds)]
+        if not kind:
+            continue
+        if kind not in NONFINITE_KINDS:
+            raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS}")
+        pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
+        need_tl = 2 if kind in ("nan_q", "inf_q", "neg_inf_key") else 3
+        if tl < need_tl:
+            raise ValueError(f"request {r}, nonfinite {kind}: tree_len {tl} < {need_tl}")
+        if kind in ("nan_prefix_key", "neg_inf_key") and pl == 0:
+            raise ValueError(f"request {r}, nonfinite {kind}: prefix_len must be > 0")
+        if kind in ("only_neg_inf", "no_key") and pl != 0:
+            raise ValueError(f"request {r}, nonfinite {kind}: prefix_len must be 0, got {pl}")
+        if dqk < 4 or d_v < 4:
+            raise ValueError(f"request {r}, nonfinite {kind}: Dqk {dqk} and d_v {d_v} must be >= 4")
+        if kind == "nan_q":
+            q[r, 1, 0, dqk // 2] = np.nan
+        elif kind == "nan_prefix_key":
+            kv[r, 0, 0] = np.nan
+        elif kind == "nan_tree_key":
+            kv[r, pl + tl - 2, 0] = np.nan
+        elif kind == "inf_q":
+            kv[r, : pl + tl, 2] = (np.abs(kv[r, : pl + tl, 2].astype(np.float32)) + 0.25).astype(dt)
+            q[r, 1, 0, 2] = np.inf
+        elif kind in ("neg_inf_key", "only_neg_inf"):
+            q[r, :tl, :, 3] = (np.abs(q[r, :tl, :, 3].astype(np.float32)) + 0.25).astype(dt)
+            kv[r, 0, 3] = -np.inf  # prefix key 0, or tree slot 0 when prefix_len is 0
+            if kind == "neg_inf_key":
+                q[r, tl - 1, h - 1, 3] = -q[r, tl - 1, h - 1, 3]
+            else:
+                vis[r, 1, :tl] = 0
+                vis[r, 1, 0] = 1
+        else:  # no_key
+            vis[r, 1, :tl] = 0
+
+
 def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     b, t = cfg.batch, cfg.slots
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
@@ -112,7 +201,7 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
         vis[r] = _tree(cfg, rng, int(tree_len[r]) - 1)
     poison(q, kv, vis, prefix, tree_len)
     scale = cfg.sm_scale or cfg.dqk**-0.5
-    return {
+    x = {
         "q": q,
         "kv_cache": kv,
         "prefix_len": prefix,
@@ -121,10 +210,14 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
         "sm_scale": np.array(scale, np.float32),
         "d_v": np.array(cfg.d_v, np.int32),
     }
+    if cfg.nonfinite:
+        inject_nonfinite(x, cfg.nonfinite)
+    return x
 
 
 def max_abs_score(x: dict[str, np.ndarray]) -> float:
-    """Largest |scaled score| over the valid rows and keys (drives the f32 error bound)."""
+    """Largest finite |scaled score| over the valid rows and keys (drives the f32 error
+    bound); scores that are NaN or infinite (nonfinite configurations) are left out."""
     worst = 0.0
     for r in range(x["q"].shape[0]):
         pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
@@ -132,11 +225,15 @@ def max_abs_score(x: dict[str, np.ndarray]) -> float:
             continue
         qr = x["q"][r, :tl].astype(np.float64)
         keys = x["kv_cache"][r, : pl + tl].astype(np.float64)
-        worst = max(worst, float(np.abs(np.einsum("thd,ld->thl", qr, keys, optimize=True)).max()))
+        with np.errstate(invalid="ignore", over="ignore"):
+            a = np.abs(np.einsum("thd,ld->thl", qr, keys, optimize=True))
+        a = a[np.isfinite(a)]
+        if a.size:
+            worst = max(worst, float(a.max()))
     return worst * float(x["sm_scale"])
 
 
-def tolerances(x: dict[str, np.ndarray]) -> dict[str, Contract]:
+def tolerances(x: dict[str, np.ndarray], nan: str = "fail") -> dict[str, Contract]:
     """Per-golden contracts from an error model calibrated by bench/attn_error_model.py.
 
     An f32-accumulating kernel's score errors grow with the score magnitude: with
@@ -148,22 +245,30 @@ def tolerances(x: dict[str, np.ndarray]) -> dict[str, Contract]:
     measured worst 4.5e-3 at V ~ 4.3): out atol adds 2^-8 V. lse is not affected by that,
     but the f32 sum of L exponentials has a relative error ~ sqrt(L) u32: lse atol is at
     least 4 u32 sqrt(L) (1.5e-5 at L = 4161, where the H200 kernels measured 8.4e-6).
+
+    ``nan`` is the contracts' NaN policy: "fail" (no NaN may appear) for goldens with finite
+    inputs, "equal" (NaN must meet NaN) for the nonfinite configurations. Non-finite
+    scores and values are left out of S and V.
+
+    Raises:
+        ValueError: ``nan`` not a contract NaN policy (from :class:`Contract`).
     """
     d_v = int(x["d_v"])
     vmax = 1.0
     for r in range(x["q"].shape[0]):
-        rows = x["kv_cache"][r, : int(x["prefix_len"][r]) + int(x["tree_len"][r]), :d_v]
+        rows = np.abs(x["kv_cache"][r, : int(x["prefix_len"][r]) + int(x["tree_len"][r]), :d_v].astype(np.float64))
+        rows = rows[np.isfinite(rows)]  # a NaN or inf value only meets weight 0 or NaN rows
         if rows.size:
-            vmax = max(vmax, float(np.abs(rows.astype(np.float64)).max()))
+            vmax = max(vmax, float(rows.max()))
     smax = max(1.0, max_abs_score(x))
     lmax = int((x["prefix_len"] + x["tree_len"]).max())
     out_atol = max(1e-5, 2 * U32 * smax * vmax)
     if x["q"].dtype != np.float32:
         out_atol += U_BF16 * vmax
     return {
-        "out": Contract("allclose", atol=float(out_atol), rtol=0.0, nan="fail"),
+        "out": Contract("allclose", atol=float(out_atol), rtol=0.0, nan=nan),
         "lse": Contract("allclose", atol=float(max(1e-5, 8 * U32 * smax, 4 * U32 * np.sqrt(lmax))), rtol=float(4 * U32),
-                        nan="fail"),
+                        nan=nan),
     }
 
 
@@ -179,4 +284,5 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     out, lse = verify_attn_f64(x["q"], x["kv_cache"], x["prefix_len"], x["tree_len"], x["visibility"],
                                float(x["sm_scale"]), int(x["d_v"]))
     expected = {"out": out.astype(np.float32), "lse": lse.astype(np.float32)}
-    return package(OP, name, cfg, GENERATOR_VERSION, x, expected, tolerances(x), dtype=cfg.dtype)
+    contracts = tolerances(x, nan="equal" if cfg.nonfinite else "fail")
+    return package(OP, name, cfg, GENERATOR_VERSION, x, expected, contracts, dtype=cfg.dtype)

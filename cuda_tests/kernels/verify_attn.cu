@@ -54,6 +54,37 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxDim = 1 << 30;  // T*H, S, Dqk bounds: in-request indices stay int
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
+__device__ __forceinline__ bool finite_f(float x) { return fabsf(x) <= 3.402823466e38f; }  // false for NaN
+__device__ __forceinline__ float finite_or_zero(float x) { return finite_f(x) ? x : 0.0f; }
+
+// NaN and infinities (docs/ops/verify_attn.md, "NaN and infinities"; verify_attn.cuh).
+// Both kernels keep the running max with verify_attn_max (NaN propagates; fmaxf would
+// drop it), so a NaN or +inf visible score leaves l = NaN through alpha and P, and the
+// epilogue (finish_row) decides from l and the visible-key set:
+//   l NaN                      -> out NaN, lse NaN
+//   l == 0 and a visible key   -> out NaN, lse NaN (every visible score was -inf)
+//   l == 0 and no visible key  -> out 0,   lse -inf (also padding rows)
+//   else                       -> out O / l, lse m + log(l)
+// A key of weight 0 (invisible, or a -inf score) must contribute nothing to O, but P V
+// would give 0 * NaN = NaN from a NaN or inf value element.  Such an element makes every
+// raw score of its key NaN or +-inf (values are key dims), so it can only meet rows where
+// the key has weight 0 or that are NaN anyway: a tile whose raw scores (before the mask)
+// hold any non-finite value has the non-finite elements of its KV tile replaced by 0
+// before P V.  The test is per block and costs one __syncthreads_or per tile; finite
+// tiles take the unchanged path.
+struct RowResult {
+  bool nan;   // out and lse NaN
+  bool zero;  // out 0, lse -inf
+};
+__device__ __forceinline__ RowResult finish_row(float l, bool row_valid, int pl, int tl, const uint8_t* vis_row) {
+  if (l != l) return {true, false};
+  if (l == 0.0f) {
+    const bool has_key = row_valid && verify_attn_row_has_key(pl, tl, vis_row);
+    return {has_key, !has_key};
+  }
+  return {false, false};
+}
 
 // Rows [row0, row0 + nrows) of out (columns [col0, col0 + ncols)) and lse: 0 and -inf.
 __device__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0, int nrows, int d_v,
@@ -184,11 +215,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int k = 0; k < 4; ++k) dst[(4 * dg + k) * kBM] = f4(pf[e], k);
     }
   };
-  auto store_v = [&](float* buf) {
+  // clean: non-finite values stored as 0 (tiles with a non-finite raw score only).
+  auto store_v = [&](float* buf, bool clean) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int g = tid + kThreads * e, key = g / (C::kDVT / 4), cg = g % (C::kDVT / 4);
-      *reinterpret_cast<float4*>(buf + key * C::kDVT + 4 * cg) = pf[e];
+      float4 x = pf[e];
+      if (clean) x = make_float4(finite_or_zero(x.x), finite_or_zero(x.y), finite_or_zero(x.z), finite_or_zero(x.w));
+      *reinterpret_cast<float4*>(buf + key * C::kDVT + 4 * cg) = x;
     }
   };
 
@@ -251,6 +285,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       cur ^= 1;
     }
 
+    // Any non-finite raw score in this thread's part of S (before the mask): the V stages
+    // of this tile are stored with non-finite values as 0 (see finish_row).
+    bool raw_nonfinite = false;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) raw_nonfinite |= !finite_f(s[a][c]);
+
     // Mask, scale, online softmax; P to shared memory (this half-warp's rows only).
     const bool prefix_tile = p0 + kBN <= pl;
 #pragma unroll
@@ -264,11 +306,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         bool visible = rv;
         if (!prefix_tile && rv) visible = verify_attn_key_visible(pl, tl, vrow, p0 + 4 * tx + c);
         s[a][c] = visible ? s[a][c] * sm_scale : neg_inf();
-        mx = fmaxf(mx, s[a][c]);
+        mx = verify_attn_max(mx, s[a][c]);
       }
 #pragma unroll
-      for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
-      const float m_new = fmaxf(m_run[a], mx);
+      for (int off = 1; off < 16; off <<= 1) mx = verify_attn_max(mx, __shfl_xor_sync(kFull, mx, off));
+      const float m_new = verify_attn_max(m_run[a], mx);
       const float m_use = m_new == neg_inf() ? 0.0f : m_new;
       const float alpha = exp2f((m_run[a] - m_use) * kLog2e);
       m_run[a] = m_new;
@@ -291,12 +333,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<float4*>(Pt + (4 * tx + c) * kBM + 4 * ty) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
     __syncwarp();
 
-    // O += P V, kVK keys at a time.
+    // O += P V, kVK keys at a time.  The first stage's barrier also tells the block
+    // whether any raw score of the tile was non-finite (clean: see finish_row); if so, that
+    // stage is stored again cleaned (same thread, same slots) before anyone reads it.
+    bool clean = false;
 #pragma unroll 1
     for (int v = 0; v < NJ; ++v) {
       float* buf = cur ? stage1 : stage0;
-      store_v(buf);
-      __syncthreads();
+      store_v(buf, clean);
+      if (v == 0) {
+        clean = __syncthreads_or(raw_nonfinite) != 0;
+        if (clean) {
+          store_v(buf, true);
+          __syncthreads();
+        }
+      } else {
+        __syncthreads();
+      }
       if (v + 1 < NJ) fetch_v(j, v + 1);
       else if (j + 1 < ntiles) fetch_qk(j + 1, 0);
 #pragma unroll 2
@@ -336,6 +389,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int off = 1; off < 16; off <<= 1) l += __shfl_xor_sync(kFull, l, off);
     const int m = m0 + 4 * ty + a;
     if (m >= M) continue;
+    const bool rv = m < valid_rows;
+    const RowResult res = finish_row(l, rv, pl, tl, vis_req + static_cast<int64_t>(rv ? m / H : 0) * T);
     float* orow = out + (row_base + m) * d_v;
 #pragma unroll
     for (int jj = 0; jj < NJ; ++jj) {
@@ -344,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float acc[4] = {t.x, t.y, t.z, t.w};
       float r[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) r[k] = l > 0.0f ? acc[k] / l : 0.0f;
+      for (int k = 0; k < 4; ++k) r[k] = res.nan ? quiet_nan() : res.zero ? 0.0f : acc[k] / l;
       if ((d_v & 3) == 0 && col + 4 <= d_v) {
         *reinterpret_cast<float4*>(orow + col) = make_float4(r[0], r[1], r[2], r[3]);
       } else {
@@ -353,7 +408,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (col + k < d_v && col + k < vbase + C::kDVT) orow[col + k] = r[k];
       }
     }
-    if (blockIdx.y == 0 && tx == 0) lse[row_base + m] = l > 0.0f ? m_run[a] + logf(l) : neg_inf();
+    if (blockIdx.y == 0 && tx == 0)
+      lse[row_base + m] = res.nan ? quiet_nan() : res.zero ? neg_inf() : m_run[a] + logf(l);
   }
 }
 
@@ -401,6 +457,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 // ldmatrix 8x8 reads fall in 8 different bank groups.
 __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
   return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Two bf16 in a word, each NaN or +-inf (exponent all ones) replaced by +0.
+__device__ __forceinline__ uint32_t bf16x2_finite_or_zero(uint32_t u) {
+  if ((u & 0x7f800000u) == 0x7f800000u) u &= 0x0000ffffu;
+  if ((u & 0x00007f80u) == 0x00007f80u) u &= 0xffff0000u;
+  return u;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -539,6 +602,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int n = 0; n < 4; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] += s2[n][e];
+    // Any non-finite raw score (before the mask): the tile is cleaned before P V (finish_row).
+    bool raw_nonfinite = false;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) raw_nonfinite |= !finite_f(s[n][e]);
 
     // Mask and scale; the row max of this warp's 32 keys, exchanged with the partner warp.
     const int p0 = j * kBN;
@@ -553,23 +622,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!prefix_tile && visible)
           visible = verify_attn_key_visible(pl, tl, vrow[h], p0 + wc * 32 + n * 8 + 2 * tig + (e & 1));
         s[n][e] = visible ? s[n][e] * sm_scale : neg_inf();
-        mx[h] = fmaxf(mx[h], s[n][e]);
+        mx[h] = verify_attn_max(mx[h], s[n][e]);
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 2));
+      mx[h] = verify_attn_max(mx[h], __shfl_xor_sync(kFull, mx[h], 1));
+      mx[h] = verify_attn_max(mx[h], __shfl_xor_sync(kFull, mx[h], 2));
     }
     if (tig == 0) {
       red_max[wc * kBM + rr[0]] = mx[0];
       red_max[wc * kBM + rr[1]] = mx[1];
     }
-    __syncthreads();
+    // Every warp is done reading this KV tile for S; if any raw score of the block was
+    // non-finite, its non-finite elements become 0 (the "P complete" barrier below orders
+    // these writes before P V reads the tile).
+    if (__syncthreads_or(raw_nonfinite)) {
+      uint4* const tile = reinterpret_cast<uint4*>(smem + ((j & 1) ? 2 : 1) * C::kTileBytes);
+      for (int idx = tid; idx < kBN * C::kChunks; idx += kThreads) {
+        uint4 u = tile[idx];
+        u.x = bf16x2_finite_or_zero(u.x);
+        u.y = bf16x2_finite_or_zero(u.y);
+        u.z = bf16x2_finite_or_zero(u.z);
+        u.w = bf16x2_finite_or_zero(u.w);
+        tile[idx] = u;
+      }
+    }
 
     float m_use[2], alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m_run[h], fmaxf(mx[h], red_max[(wc ^ 1) * kBM + rr[h]]));
+      const float m_new = verify_attn_max(m_run[h], verify_attn_max(mx[h], red_max[(wc ^ 1) * kBM + rr[h]]));
       m_use[h] = m_new == neg_inf() ? 0.0f : m_new;
       alpha[h] = exp2f((m_run[h] - m_use[h]) * kLog2e);
       m_run[h] = m_new;
@@ -630,12 +712,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int m = m0 + rr[h];
     if (m >= M) continue;
     const float l = l_run[h] + red_sum[(wc ^ 1) * kBM + rr[h]];
+    const RowResult res = finish_row(l, rv[h], pl, tl, vrow[h]);
     float* orow = out + (row_base + m) * d_v;
 #pragma unroll
     for (int n = 0; n < C::kONT; ++n) {
       const int col = ocol0 + n * 8 + 2 * tig;
-      const float v0 = l > 0.0f ? o[n][2 * h] / l : 0.0f;
-      const float v1 = l > 0.0f ? o[n][2 * h + 1] / l : 0.0f;
+      const float v0 = res.nan ? quiet_nan() : res.zero ? 0.0f : o[n][2 * h] / l;
+      const float v1 = res.nan ? quiet_nan() : res.zero ? 0.0f : o[n][2 * h + 1] / l;
       if ((d_v & 1) == 0 && col + 2 <= d_v) {
         *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
       } else {
@@ -643,7 +726,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (col + 1 < d_v) orow[col + 1] = v1;
       }
     }
-    if (wc == 0 && tig == 0) lse[row_base + m] = l > 0.0f ? m_run[h] + logf(l) : neg_inf();
+    if (wc == 0 && tig == 0) lse[row_base + m] = res.nan ? quiet_nan() : res.zero ? neg_inf() : m_run[h] + logf(l);
   }
 }
 

@@ -14,12 +14,20 @@
 // Query (b, i, h) with i < tree_len attends to prefix keys 0..prefix_len-1 and to tree
 // key prefix_len + j exactly where visibility[b][i][j] != 0 (j < tree_len).  A row with
 // no visible key, and every padding row i >= tree_len, has out = 0 and lse = -inf.
+// Non-finite scores (docs/ops/verify_attn.md, "NaN and infinities"): emptiness is decided
+// from the visible-key set (verify_attn_row_has_key), never from the row max.  A row with
+// a visible key is the max-subtracted formula in IEEE arithmetic with NaN propagating
+// through the max (verify_attn_max): a visible score that is NaN or +inf, or visible
+// scores that are all -inf, give lse = NaN and out = NaN (every element); a -inf score
+// among finite ones has weight 0, and a key of weight 0 contributes nothing to out (not
+// even 0 * inf = NaN from a non-finite value element).
 // Nothing outside the valid ranges is read: q rows i >= tree_len, cache rows
 // >= prefix_len + tree_len, visibility entries with i or j >= tree_len.
 //
-// The KDTR_HD helpers below (key visibility, bf16 widening, length checks) are shared
-// with the CUDA kernels.  The CPU backend evaluates the contract in double, with the row
-// maximum subtracted, and rounds out and lse to f32 -- the reference's arithmetic.
+// The KDTR_HD helpers below (key visibility, row emptiness, NaN-propagating max, bf16
+// widening, length checks) are shared with the CUDA kernels.  The CPU backend evaluates
+// the contract in double, with the row maximum subtracted, and rounds out and lse to f32
+// -- the reference's arithmetic.
 #pragma once
 
 #include <cmath>
@@ -61,6 +69,23 @@ KDTR_HD inline bool verify_attn_key_visible(int64_t prefix_len, int64_t tree_len
   return j < tree_len && vis_row[j] != 0;
 }
 
+// Whether tree row i (i < tree_len) of a request sees any key: a prefix, or a visibility
+// entry vis_row[j] != 0 with j < tree_len.  Decides "no visible key" (out 0, lse -inf);
+// the row max cannot, since NaN and -inf scores also leave it non-finite.
+KDTR_HD inline bool verify_attn_row_has_key(int64_t prefix_len, int64_t tree_len, const uint8_t* vis_row) {
+  if (prefix_len > 0) return true;
+  for (int64_t j = 0; j < tree_len; ++j)
+    if (vis_row[j] != 0) return true;
+  return false;
+}
+
+// The row max with NaN propagating: NaN if a or b is NaN, else the larger (fmax and a
+// plain `b > a` both drop a NaN, which would hide a NaN score).
+template <class F>
+KDTR_HD inline F verify_attn_max(F a, F b) {
+  return (a > b || a != a) ? a : b;
+}
+
 // ---------------------------------------------------------------------------------------
 // CPU backend
 // ---------------------------------------------------------------------------------------
@@ -90,6 +115,7 @@ inline void verify_attn_request_cpu(const In* q, const In* kv, int32_t prefix_le
   for (int64_t i = 0; i < tree_len; ++i) {
     const uint8_t* vis_row = vis + i * T;
     for (int64_t p = 0; p < L; ++p) visible[static_cast<size_t>(p)] = verify_attn_key_visible(prefix_len, tree_len, vis_row, p);
+    const bool has_key = verify_attn_row_has_key(prefix_len, tree_len, vis_row);
     for (int64_t h = 0; h < H; ++h) {
       const In* qr = q + (i * H + h) * Dqk;
       for (int64_t k = 0; k < Dqk; ++k) qrow[static_cast<size_t>(k)] = verify_attn_widen(qr[k]);
@@ -101,19 +127,25 @@ inline void verify_attn_request_cpu(const In* q, const In* kv, int32_t prefix_le
         for (int64_t k = 0; k < Dqk; ++k) dot += qrow[static_cast<size_t>(k)] * kp[k];
         const double s = scale * dot;
         score[static_cast<size_t>(p)] = s;
-        if (s > m) m = s;
+        m = verify_attn_max(m, s);
       }
       float* o = out + (i * H + h) * d_v;
-      if (m == neg_inf) {  // no visible key
+      if (!has_key) {  // no visible key
         lse[i * H + h] = -std::numeric_limits<float>::infinity();
         for (int64_t v = 0; v < d_v; ++v) o[v] = 0.0f;
+        continue;
+      }
+      if (!std::isfinite(m)) {  // a NaN or +inf visible score, or all of them -inf
+        lse[i * H + h] = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t v = 0; v < d_v; ++v) o[v] = std::numeric_limits<float>::quiet_NaN();
         continue;
       }
       double denom = 0.0;
       for (int64_t v = 0; v < d_v; ++v) acc[static_cast<size_t>(v)] = 0.0;
       for (int64_t p = 0; p < L; ++p) {
         if (!visible[static_cast<size_t>(p)]) continue;
-        const double w = std::exp(score[static_cast<size_t>(p)] - m);
+        const double w = std::exp(score[static_cast<size_t>(p)] - m);  // in [0, 1]: m is finite
+        if (w == 0.0) continue;  // weight 0 (a -inf score): contributes nothing, not 0 * inf
         denom += w;
         const double* vp = keys.data() + p * Dqk;
         for (int64_t v = 0; v < d_v; ++v) acc[static_cast<size_t>(v)] += w * vp[v];

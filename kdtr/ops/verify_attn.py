@@ -8,6 +8,14 @@ their visibility (ancestor) row allows.
 
 Evaluated in float64 from the stored inputs (bf16 widened exactly) with the row max
 subtracted before exponentiation, then rounded to float32.
+
+Non-finite scores (docs/ops/verify_attn.md, "NaN and infinities"): whether a row is
+empty is decided from its visible-key set, never from its scores. A row with no visible
+key (and every padding row i >= tree_len) has out 0 and lse -inf. Otherwise the
+max-subtracted formula is evaluated in IEEE arithmetic with NaN propagating through the
+max: a NaN or +inf visible score, or visible scores that are all -inf, make the row's lse
+and every out element NaN; a -inf score among finite ones has weight 0, and a key of
+weight 0 contributes nothing to out (not even 0 * inf = NaN).
 """
 
 from __future__ import annotations
@@ -17,15 +25,42 @@ from dataclasses import dataclass
 import numpy as np
 
 
+
 @dataclass
 class VerifyAttnResult:
-    """out float32 [B,T,H,d_v]; lse float32 [B,T,H] (natural log; -inf for rows with no key)."""
+    """out float32 [B,T,H,d_v]; lse float32 [B,T,H] (natural log; -inf for rows with no
+    visible key, NaN for rows whose visible scores hold a NaN or +inf or are all -inf)."""
 
     out: np.ndarray
     lse: np.ndarray
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {"out": self.out, "lse": self.lse}
+
+
+def _scores_f64(qr: np.ndarray, keys: np.ndarray, scale: float) -> np.ndarray:
+    """Scaled scores [tl,H,L] (float64) of queries qr [tl,H,Dqk] against keys [L,Dqk].
+
+    Finite inputs go through one BLAS contraction (the values of every golden). Entries
+    whose query row or key row holds a NaN or an infinity are recomputed as plain IEEE
+    sums of products, so that their class (NaN, +inf, -inf) never depends on a BLAS
+    library's handling of non-finite operands: NaN if a term is NaN (a NaN factor or
+    0 * inf) or terms of +inf and -inf meet, else +-inf if a term is infinite.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        scores = np.einsum("thd,ld->thl", qr, keys, optimize=True)
+    bad_q = ~np.isfinite(qr).all(axis=-1)  # [tl, H]
+    bad_k = ~np.isfinite(keys).all(axis=-1)  # [L]
+    if bad_q.any() or bad_k.any():
+        with np.errstate(invalid="ignore", over="ignore"):
+            ti, hi = np.nonzero(bad_q)
+            if ti.size:
+                scores[ti, hi, :] = (qr[ti, hi][:, None, :] * keys[None, :, :]).sum(axis=-1)
+            (li,) = np.nonzero(bad_k)
+            if li.size:
+                scores[:, :, li] = (qr[:, :, None, :] * keys[li][None, None, :, :]).sum(axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return scale * scores
 
 
 def verify_attn_f64(
@@ -37,7 +72,11 @@ def verify_attn_f64(
     sm_scale: float,
     d_v: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The float64 results (out [B,T,H,d_v], lse [B,T,H]) before rounding; see :func:`verify_attn`."""
+    """The float64 results (out [B,T,H,d_v], lse [B,T,H]) before rounding; see :func:`verify_attn`.
+
+    Raises:
+        ValueError: shapes, dtypes or lengths out of range (as :func:`verify_attn`).
+    """
     q = np.asarray(q)
     kv = np.asarray(kv_cache)
     if q.ndim != 4 or kv.ndim != 3:
@@ -63,19 +102,30 @@ def verify_attn_f64(
             continue
         keys = kv[r, : pl + tl].astype(np.float64)  # [L, Dqk]
         qr = q[r, :tl].astype(np.float64)  # [tl, H, Dqk]
-        scores = scale * np.einsum("thd,ld->thl", qr, keys, optimize=True)  # [tl, H, L]
+        scores = _scores_f64(qr, keys, scale)  # [tl, H, L]
         mask = np.ones((tl, pl + tl), bool)
         mask[:, pl:] = np.asarray(visibility[r, :tl, :tl]) != 0
+        # Emptiness comes from the visible set, never from the scores (docs: NaN and inf).
+        empty = ~mask.any(axis=-1)[:, None, None]  # [tl, 1, 1]
         scores = np.where(mask[:, None, :], scores, -np.inf)
-        m = scores.max(axis=-1, keepdims=True)
-        empty = ~np.isfinite(m)
-        m = np.where(empty, 0.0, m)
-        p = np.exp(scores - m)
-        denom = p.sum(axis=-1, keepdims=True)
-        with np.errstate(divide="ignore"):
-            lse[r, :tl] = np.where(empty[..., 0], -np.inf, (m + np.log(denom))[..., 0])
-        weights = np.where(empty, 0.0, p / np.where(denom == 0, 1.0, denom))
-        out[r, :tl] = np.einsum("thl,lv->thv", weights, keys[:, :d_v], optimize=True)
+        m = scores.max(axis=-1, keepdims=True)  # NaN if any visible score is NaN
+        # NaN or +inf among the visible scores, or all of them -inf: the row is NaN.
+        nan_row = ~empty & ~np.isfinite(m)
+        m = np.where(empty | nan_row, 0.0, m)
+        p = np.exp(scores - m)  # finite m: every p in [0, 1] (0 for invisible and -inf scores)
+        denom = p.sum(axis=-1, keepdims=True)  # >= 1 for the other rows
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lse_r = np.where(empty[..., 0], -np.inf, (m + np.log(denom))[..., 0])
+            lse[r, :tl] = np.where(nan_row[..., 0], np.nan, lse_r)
+            weights = np.where(empty | nan_row, 0.0, p / np.where(denom == 0, 1.0, denom))
+        # A key of weight 0 (invisible, or a -inf score) contributes nothing, even where its
+        # value holds a NaN or an infinity (0 * inf would be NaN). Such a value element can
+        # only belong to a weight-0 key of a row that is not NaN: the value dims are key
+        # dims, so every score of that key is NaN or +-inf. Zeroing it changes nothing else.
+        values = keys[:, :d_v]
+        values = np.where(np.isfinite(values), values, 0.0)
+        o = np.einsum("thl,lv->thv", weights, values, optimize=True)
+        out[r, :tl] = np.where(nan_row, np.nan, o)
     return out, lse
 
 
@@ -99,13 +149,19 @@ def verify_attn(
 
     Returns:
         :class:`VerifyAttnResult` with f32 ``out`` [B,T,H,d_v] and ``lse`` [B,T,H]; rows
-        i >= tree_len and rows with no visible key have out 0 and lse -inf.
+        i >= tree_len and rows with no visible key have out 0 and lse -inf; a row with a
+        visible key whose visible scores hold a NaN or +inf, or are all -inf, has lse and
+        every out element NaN (module docstring). Other rows are the float64 result
+        rounded to f32 (a finite lse beyond the f32 range rounds to +-inf, as any cast).
 
     Raises:
-        ValueError: shapes, dtypes or lengths out of range.
+        ValueError: shapes, dtypes or lengths out of range; outputs over
+            kdtr.limits.max_output_bytes() (naming q, d_v) or a request's float64 keys and
+            scores over kdtr.limits.max_scratch_bytes(), before allocating them.
     """
     out, lse = verify_attn_f64(q, kv_cache, prefix_len, tree_len, visibility, float(sm_scale), int(d_v))
-    return VerifyAttnResult(out.astype(np.float32), lse.astype(np.float32))
+    with np.errstate(over="ignore"):  # rounding a finite float64 beyond the f32 range gives +-inf
+        return VerifyAttnResult(out.astype(np.float32), lse.astype(np.float32))
 
 
 def sm_scale_mla(qk_head_dim: int = 192, yarn_factor: float = 64.0) -> float:
