@@ -373,7 +373,7 @@ def entry() -> None:
     bare ``kdtr`` (no command) prints the help on stderr and exits 2."""
     try:
         main(standalone_mode=False, prog_name="kdtr")
-    except click.exceptions.NoArgsIsHelpError as exc:
+    except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:  # click >= 8.2
         click.echo(exc.ctx.get_help() if exc.ctx is not None else "kdtr: no command given", err=True)
         sys.exit(2)
     except click.UsageError as exc:
