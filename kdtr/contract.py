@@ -2,28 +2,80 @@
 
 A contract travels with the data as flat metadata keys (docs/kdtr-format.md section 5):
 ``contract.<name>.kind`` is ``"exact"`` or ``"allclose"``; ``allclose`` adds
-``contract.<name>.atol``, ``.rtol`` (floats), ``.max_ulp`` (int, -1 = no limit) and
-``.nan`` (``"equal"`` or ``"fail"``).
+``contract.<name>.atol``, ``.rtol`` (finite floats >= 0, both required), ``.max_ulp``
+(int >= -1, -1 = no limit; optional, default -1) and ``.nan`` (``"equal"`` or ``"fail"``;
+optional, default ``"fail"``). An ``exact`` contract carries ``.kind`` alone.
+
+Every field is validated when a :class:`Contract` is built and when it is read from
+metadata; a bad value is a ``ValueError`` that names the field (or the metadata key).
+The rules for NaN, infinities and signed zeros under each kind are in docs/comparison.md.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
+
+import numpy as np
 
 KINDS = ("exact", "allclose")
 NAN_POLICIES = ("equal", "fail")
+FIELDS = ("kind", "atol", "rtol", "max_ulp", "nan")
+_DEFAULTS = {"atol": 0.0, "rtol": 0.0, "max_ulp": -1, "nan": "fail"}
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def _check_tolerance(v: Any, where: str) -> float:
+    """A finite real number >= 0 (not a bool, not a string) as a Python float."""
+    if _is_bool(v) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{where}: expected a finite number >= 0, got {type(v).__name__} {v!r}")
+    f = float(v)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError(f"{where}: expected a finite number >= 0, got {f!r}")
+    return f
+
+
+def _check_max_ulp(v: Any, where: str) -> int:
+    """An integer >= -1 (not a bool, not a float) as a Python int."""
+    if _is_bool(v) or not isinstance(v, numbers.Integral):
+        raise ValueError(f"{where}: expected an integer >= -1 (-1 = no limit), got {type(v).__name__} {v!r}")
+    i = int(v)
+    if i < -1:
+        raise ValueError(f"{where}: expected an integer >= -1 (-1 = no limit), got {i}")
+    return i
+
+
+def _check_choice(v: Any, choices: tuple[str, ...], where: str) -> str:
+    if not isinstance(v, str) or v not in choices:
+        raise ValueError(f"{where}: expected one of {', '.join(map(repr, choices))}, got {v!r}")
+    return v
 
 
 @dataclass(frozen=True)
 class Contract:
-    """How one output is compared.
+    """How one output is compared (full rules: docs/comparison.md).
 
-    kind: "exact" (bytes equal: -0.0 != +0.0) or "allclose"
-        (|actual - expected| <= atol + rtol * |expected| element-wise).
-    atol, rtol: tolerances for allclose (units of the output).
-    max_ulp: for allclose on floats, also require ULP distance <= max_ulp; -1 disables.
-    nan: "equal" (NaN must meet NaN at the same index) or "fail" (any NaN fails).
+    kind: "exact" (the bytes of every element equal: -0.0 != +0.0, NaN payloads count)
+        or "allclose" (for float outputs only: |actual - expected| <= atol + rtol * |expected|
+        decided exactly in real arithmetic; infinities match only an equal infinity).
+    atol, rtol: tolerances for allclose (units of the output); finite, >= 0. Stored as float.
+    max_ulp: for allclose, also require ULP distance <= max_ulp between finite values;
+        -1 disables. An int >= -1.
+    nan: "equal" (NaN must meet NaN at the same index) or "fail" (a NaN in expected or
+        actual fails).
+
+    An ``exact`` contract takes no tolerance: any of atol, rtol, max_ulp, nan set to a
+    non-default value is an error (it would be silently ignored otherwise).
+
+    Raises:
+        ValueError: unknown kind or nan policy; atol/rtol not a finite number >= 0 (NaN,
+            inf, negative, bool, string); max_ulp not an int >= -1 (float, bool, < -1);
+            a tolerance given to an ``exact`` contract. The message names the field.
     """
 
     kind: str = "exact"
@@ -33,14 +85,27 @@ class Contract:
     nan: str = "fail"
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"contract kind {self.kind!r} not in {KINDS}")
-        if self.nan not in NAN_POLICIES:
-            raise ValueError(f"contract nan policy {self.nan!r} not in {NAN_POLICIES}")
-        if self.atol < 0 or self.rtol < 0:
-            raise ValueError("contract tolerances must be >= 0")
+        _check_choice(self.kind, KINDS, "contract kind")
+        object.__setattr__(self, "atol", _check_tolerance(self.atol, "contract atol"))
+        object.__setattr__(self, "rtol", _check_tolerance(self.rtol, "contract rtol"))
+        object.__setattr__(self, "max_ulp", _check_max_ulp(self.max_ulp, "contract max_ulp"))
+        _check_choice(self.nan, NAN_POLICIES, "contract nan policy")
+        if self.kind == "exact":
+            for f, default in _DEFAULTS.items():
+                if getattr(self, f) != default:
+                    raise ValueError(
+                        f"contract {f}: an exact contract takes no {f} (got {getattr(self, f)!r}); "
+                        "use kind 'allclose' for a tolerance"
+                    )
 
     def to_metadata(self, name: str) -> dict[str, Any]:
+        """The metadata keys of this contract for output ``name`` (``contract.<name>.*``).
+
+        Raises:
+            ValueError: ``name`` is not a non-empty string.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"contract output name must be a non-empty string, got {name!r}")
         key = f"contract.{name}"
         if self.kind == "exact":
             return {f"{key}.kind": "exact"}
@@ -53,26 +118,51 @@ class Contract:
         }
 
     @classmethod
-    def from_metadata(cls, metadata: dict[str, Any], name: str) -> Contract:
-        """Read the contract of output ``name``.
+    def from_metadata(cls, metadata: Mapping[str, Any], name: str) -> Contract:
+        """Read the contract of output ``name`` from a golden's metadata.
+
+        ``contract.<name>.kind`` is required; ``allclose`` requires ``.atol`` and ``.rtol``
+        (int or float metadata), and takes optional ``.max_ulp`` (int) and ``.nan`` (string).
+        Keys ``contract.<name>.<field>`` with an unknown field, and tolerance keys beside
+        an ``exact`` kind, are errors. (Keys with a further dot belong to another output
+        whose name extends ``name``, e.g. ``contract.verify_attn.lse.kind``.)
 
         Raises:
-            KeyError: the golden has no contract for this output.
-            ValueError: the contract is malformed.
+            KeyError: the golden has no ``contract.<name>.*`` key at all.
+            ValueError: the contract is malformed; the message names the metadata key.
         """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"contract output name must be a non-empty string, got {name!r}")
         key = f"contract.{name}"
-        kind = metadata[f"{key}.kind"]
+        mine = {k[len(key) + 1 :]: v for k, v in metadata.items() if k.startswith(key + ".")}
+        fields = {f: v for f, v in mine.items() if "." not in f}
+        if not fields:
+            raise KeyError(f"{key}.kind")
+        unknown = sorted(set(fields) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"{key}.{unknown[0]}: unknown contract field (known: {', '.join(FIELDS)})")
+        if "kind" not in fields:
+            other = sorted(fields)[0]
+            raise ValueError(f"{key}.kind: missing, although {key}.{other} is given")
+        kind = _check_choice(fields["kind"], KINDS, f"{key}.kind")
         if kind == "exact":
+            stray = sorted(set(fields) - {"kind"})
+            if stray:
+                raise ValueError(f"{key}.{stray[0]}: an exact contract takes no {stray[0]}; use kind 'allclose'")
             return cls("exact")
+        for required in ("atol", "rtol"):
+            if required not in fields:
+                raise ValueError(f"{key}.{required}: missing (an allclose contract requires atol and rtol)")
         return cls(
-            kind,
-            float(metadata.get(f"{key}.atol", 0.0)),
-            float(metadata.get(f"{key}.rtol", 0.0)),
-            int(metadata.get(f"{key}.max_ulp", -1)),
-            str(metadata.get(f"{key}.nan", "fail")),
+            "allclose",
+            _check_tolerance(fields["atol"], f"{key}.atol"),
+            _check_tolerance(fields["rtol"], f"{key}.rtol"),
+            _check_max_ulp(fields.get("max_ulp", -1), f"{key}.max_ulp"),
+            _check_choice(fields.get("nan", "fail"), NAN_POLICIES, f"{key}.nan"),
         )
 
     def describe(self) -> str:
+        """One-line text: ``exact`` or ``allclose(atol=..., rtol=..[, max_ulp=..], nan=..)``."""
         if self.kind == "exact":
             return "exact"
         s = f"allclose(atol={self.atol:g}, rtol={self.rtol:g}"
