@@ -418,18 +418,39 @@ struct Storage {
   }
 };
 
+// "a FIFO", "a directory", ... for "not a regular file" messages.
+inline const char* file_type_text(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a plain file";
+}
+
+// Open `path` for reading without ever blocking: a FIFO with no writer, a socket, a tty
+// or any other non-regular file is refused as Io "not a regular file (a FIFO)".  stat()
+// first (so a socket gets that message, not open()'s ENXIO), then open() with O_NONBLOCK
+// (so a FIFO swapped in after the stat cannot block), then fstat() of what was opened.
 inline std::shared_ptr<Storage> map_file(const std::string& path) {
   auto st = std::make_shared<Storage>();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+    throw Error(ErrorCode::Io, path, "file", NO_OFFSET,
+                std::string("not a regular file (") + file_type_text(sb.st_mode) + ")");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "cannot open: " + errno_text(errno));
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat sb;
   if (::fstat(fd, &sb) != 0)
     throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "cannot stat: " + errno_text(errno));
-  if (!S_ISREG(sb.st_mode)) throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "not a regular file");
+  if (!S_ISREG(sb.st_mode))
+    throw Error(ErrorCode::Io, path, "file", NO_OFFSET,
+                std::string("not a regular file (") + file_type_text(sb.st_mode) + ")");
+  const int flags = ::fcntl(fd, F_GETFL);  // a regular file: back to blocking reads
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   const uint64_t size = static_cast<uint64_t>(sb.st_size);
   if (size > std::numeric_limits<size_t>::max())
     throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "file too large for this address space");
@@ -1020,9 +1041,27 @@ class Writer {
     return out;
   }
 
-  // Write the file atomically: a temporary file in the same directory, fsync, rename
-  // over `path`, fsync of the directory.  On failure the temporary file is removed and
-  // Error(Io) is thrown; `path` is then untouched.  HeaderTooLarge if the header would
+  // The temporary file of a write of `path`: "<dir>/.<name>.<pid>.<n>.tmp", hidden, in
+  // the same directory, and matched by the repository's `*.tmp` ignore pattern (the
+  // Python writer's temporaries are ".<name>.<random>.tmp" alike, docs/kdtr-format.md).
+  // <name> is cut to 200 bytes (at a UTF-8 character boundary) so that the temporary name
+  // fits NAME_MAX whenever `path`'s own name does.  A write killed before its rename
+  // (SIGKILL, power loss) leaves it behind; it is safe to delete.
+  static std::string temp_path(const std::string& path, long pid, unsigned n) {
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+    std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (name.size() > 200) {
+      size_t cut = 200;
+      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+      name.resize(cut);
+    }
+    return dir + "." + name + "." + std::to_string(pid) + "." + std::to_string(n) + ".tmp";
+  }
+
+  // Write the file atomically: a temporary file in the same directory (temp_path), fsync,
+  // rename over `path`, fsync of the directory.  On failure the temporary file is removed
+  // and Error(Io) is thrown; `path` is then untouched.  HeaderTooLarge if the header would
   // exceed MAX_HEADER_LEN.
   void write(const std::string& path) const {
     std::vector<uint64_t> offsets;
@@ -1033,7 +1072,7 @@ class Writer {
     std::string tmp;
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-      tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+      tmp = temp_path(path, static_cast<long>(::getpid()), counter.fetch_add(1));
       fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd < 0 && errno != EEXIST) break;
     }

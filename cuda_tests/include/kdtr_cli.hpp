@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <new>
 #include <set>
@@ -222,6 +223,164 @@ inline int64_t read_max_budget(const File& g, int64_t max_n = kMaxBudget) {
 }
 
 inline const MetaValue* golden_config(const File& golden) { return golden.find_metadata("config"); }
+
+// ---------------------------------------------------------------------------------------
+// Resource limits (docs/binaries.md, "Resource limits")
+// ---------------------------------------------------------------------------------------
+//
+// A golden's tensors are mapped, not copied, so what they cost is bounded by the file.
+// What a binary allocates on top of them is sized by dims and metadata the golden
+// declares (max_budget above all: no input shape bounds it), so before allocating it
+// every binary computes, in overflow-checked 64-bit arithmetic, the bytes of
+//   - its output tensors, all together (host vectors; the same bytes on the device for
+//     --backend cuda), limited by kMaxOutputBytes, and
+//   - the largest working memory of its CPU backend (per-request scratch reused request
+//     after request), limited by kMaxScratchBytes (checked for --backend cpu only),
+// and refuses with exit 2 and one line naming the file and the field that implies the
+// size.  The limits are the defaults below; the environment variables raise (or lower)
+// them for one run.  kdtr/limits.py holds the same values for the Python reference.
+
+constexpr uint64_t kMaxOutputBytes = uint64_t{4} << 30;   // 4 GiB of output tensors
+constexpr uint64_t kMaxScratchBytes = uint64_t{1} << 30;  // 1 GiB of CPU-backend scratch
+constexpr const char* kMaxOutputBytesEnv = "KDTR_MAX_OUTPUT_BYTES";
+constexpr const char* kMaxScratchBytesEnv = "KDTR_MAX_SCRATCH_BYTES";
+
+// A byte count computed from untrusted dims: `exact` while it fits in 64 bits (`overflow`
+// otherwise); `approx` (a double, ~16 digits) is kept for messages in every case.
+struct Bytes {
+  uint64_t exact = 0;
+  bool overflow = false;
+  double approx = 0.0;
+
+  // The product of `factors` (dims and an item size), checked.
+  static Bytes product(std::initializer_list<uint64_t> factors) {
+    Bytes b;
+    b.exact = 1;
+    b.approx = 1.0;
+    for (uint64_t f : factors) {
+      b.overflow = b.overflow || __builtin_mul_overflow(b.exact, f, &b.exact);
+      b.approx *= static_cast<double>(f);
+    }
+    if (b.approx == 0.0) {  // a zero factor makes the product 0, whatever overflowed before
+      b.exact = 0;
+      b.overflow = false;
+    }
+    return b;
+  }
+  Bytes operator+(const Bytes& o) const {
+    Bytes s;
+    s.overflow = overflow || o.overflow || __builtin_add_overflow(exact, o.exact, &s.exact);
+    s.approx = approx + o.approx;
+    return s;
+  }
+  bool over(uint64_t limit) const { return overflow || exact > limit; }
+};
+
+// Byte counts for messages: exact digits while they fit in 64 bits and 15 digits
+// ("4294967296 bytes (4 GiB)"), else 3 digits ("4.61e18 bytes (4 EiB)"); the binary unit
+// is added from 1 KiB on.
+inline std::string bytes_text(const Bytes& b) {
+  char buf[64];
+  if (!b.overflow && b.exact < 1000000000000000ULL) {
+    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b.exact));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3g", b.approx);
+  }
+  std::string s = buf;
+  const size_t plus = s.find("e+");
+  if (plus != std::string::npos) s.erase(plus + 1, 1);  // 4.61e+18 -> 4.61e18
+  s += " bytes";
+  static const char* const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  double v = b.approx;
+  int u = -1;
+  while (v >= 1024.0 && u < 7) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u >= 0) {
+    std::snprintf(buf, sizeof buf, " (%.3g %s)", v, units[u]);
+    s += buf;
+  }
+  return s;
+}
+
+// A limit: the environment variable `env` when set (a decimal byte count, 0 allowed),
+// else `dflt`.  A value that is not a decimal integer below 2^64 is a usage error
+// naming the variable.
+inline uint64_t byte_limit(const char* env, uint64_t dflt) {
+  const char* s = std::getenv(env);
+  if (s == nullptr || *s == '\0') return dflt;
+  bool digits = true;
+  for (const char* p = s; *p != '\0'; ++p) digits = digits && *p >= '0' && *p <= '9';
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = digits ? std::strtoull(s, &end, 10) : 0;
+  if (!digits || errno != 0 || end == nullptr || *end != '\0')
+    die(EXIT_USAGE, std::string("environment ") + env + "='" + s +
+                        "': not a byte count (a decimal integer, e.g. " + std::to_string(dflt) + ")");
+  return static_cast<uint64_t>(v);
+}
+
+// die(EXIT_USAGE) unless `need` fits the limit of `env` (default `dflt`):
+//   "<path>: <field>: <what> would need <n> bytes (<unit>) for <dims>, over the limit of
+//    <limit> bytes (<unit>); set <ENV> to a larger byte count to allow it"
+inline void require_within_limit(const File& g, const std::string& field, const char* what, const Bytes& need,
+                                 const std::string& dims, const char* env, uint64_t dflt) {
+  const uint64_t limit = byte_limit(env, dflt);
+  if (!need.over(limit)) return;
+  Bytes lim;
+  lim.exact = limit;
+  lim.approx = static_cast<double>(limit);
+  die(EXIT_USAGE, g.path() + ": " + field + ": " + what + " would need " + bytes_text(need) + " for " + dims +
+                      ", over the limit of " + bytes_text(lim) + "; set " + env +
+                      " to a larger byte count to allow it");
+}
+
+// The output tensors of one run, all together, against kMaxOutputBytes ($KDTR_MAX_OUTPUT_BYTES).
+inline void require_output_bytes(const File& g, const std::string& field, const Bytes& need,
+                                 const std::string& dims) {
+  require_within_limit(g, field, "outputs", need, dims, kMaxOutputBytesEnv, kMaxOutputBytes);
+}
+
+// The CPU backend's working memory, against kMaxScratchBytes ($KDTR_MAX_SCRATCH_BYTES).
+inline void require_scratch_bytes(const File& g, const std::string& field, const Bytes& need,
+                                  const std::string& dims) {
+  require_within_limit(g, field, "CPU backend scratch", need, dims, kMaxScratchBytesEnv, kMaxScratchBytes);
+}
+
+// Bytes of tree_build's outputs for B requests of T slots: node_count and status i32 [B],
+// node_token_ids i64 [B,T], node_depths / parents / next_token / next_sibling i32 [B,T],
+// visibility u8 [B,T,T].
+inline Bytes tree_build_output_bytes(uint64_t B, uint64_t T) {
+  return Bytes::product({B, 2 * 4}) + Bytes::product({B, T, 8 + 4 * 4}) + Bytes::product({B, T, T});
+}
+
+// Bytes of the CPU tree_build's scratch (cuda_tests/kernels/tree_build.cuh, tree_build_cpu):
+// heap (N + 1) candidates, 5 slot arrays of T int32, an ancestor path of min(D, N) + 1 int32.
+// Allocated once, whatever B (also for B = 0).
+inline Bytes tree_build_scratch_bytes(uint64_t N, uint64_t D, size_t candidate_size) {
+  const uint64_t T = N + 1;
+  return Bytes::product({T, candidate_size}) + Bytes::product({T, 5 * 4}) +
+         Bytes::product({std::min(D, N) + 1, 4});
+}
+
+// Bytes of verify_attn's outputs: out f32 [B,T,H,d_v], lse f32 [B,T,H].
+inline Bytes verify_attn_output_bytes(uint64_t B, uint64_t T, uint64_t H, uint64_t d_v) {
+  return Bytes::product({B, T, H, d_v, 4}) + Bytes::product({B, T, H, 4});
+}
+
+// Bytes of the CPU verify_attn's scratch for one request attending to at most L keys
+// (cuda_tests/kernels/verify_attn.cuh): the keys widened to f64 [L,Dqk], scores f64 [L],
+// a visible flag u8 [L], the q row f64 [Dqk] and an accumulator f64 [d_v].
+inline Bytes verify_attn_scratch_bytes(uint64_t L, uint64_t Dqk, uint64_t d_v) {
+  return Bytes::product({L, Dqk, 8}) + Bytes::product({L, 8 + 1}) + Bytes::product({Dqk + d_v, 8});
+}
+
+// Bytes of tree_accept's outputs: accepted_count and status i32 [B], accepted_path i32
+// [B,T], proposed i64 [B,T].
+inline Bytes tree_accept_output_bytes(uint64_t B, uint64_t T) {
+  return Bytes::product({B, 2 * 4}) + Bytes::product({B, T, 4 + 8});
+}
 
 // Require dims to fit the int range kernels index with; die(EXIT_USAGE) otherwise.
 inline void require_dim_at_most(const File& f, const std::string& tensor, uint64_t value, uint64_t max,

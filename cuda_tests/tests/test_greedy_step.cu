@@ -29,13 +29,15 @@
 // other (B, D, K from top_log_probs; T = max_budget + 1; H, Dqk from q; S from kv_cache),
 // d_v in [1, Dqk], per request prefix_len >= 0 and prefix_len + T <= S (tree_len is only
 // known on the device, and it is at most T), and the golden's metadata dtype, where
-// present, must name q's dtype.  Per-request defects of the draft
+// present, must name q's dtype; outputs and CPU scratch within the resource limits of
+// kdtr_cli.hpp (check_limits).  Per-request defects of the draft
 // (budget, depth_limit, log-probs, ids) are tree_build statuses, not input errors.
 //
 // Compiles as CUDA (nvcc, linked with kernels/greedy_step.cu and the kernels of
 // tree_build, verify_attn and tree_accept) or as plain C++ for the CPU-only build
 // (g++ -x c++ -DKDTR_NO_CUDA).
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -142,10 +144,8 @@ Inputs read_inputs(const kdtr::File& g) {
   in.depth_limit = g.get<int32_t>("input.depth_limit", {in.B});
   in.N = kdtr::cli::read_max_budget(g);
   in.T = in.N + 1;
-  // The visibility buffer holds B * T * T bytes: refuse what cannot even be addressed.
-  if (in.B > 0 && in.T > INT64_MAX / in.T / in.B)
-    kdtr::cli::die(kdtr::cli::EXIT_USAGE, g.path() + ": B * T * T (B = " + std::to_string(in.B) + ", T = " +
-                                              std::to_string(in.T) + ") overflows the visibility output");
+  // The outputs are checked against the resource limits in check_limits, once H and d_v
+  // are known; nothing is allocated before.
 
   // verify_attn: q [B,T,H,Dqk] (f32 or bf16), kv_cache [B,S,Dqk] of the same dtype.
   const kdtr::TensorView& q = g.tensor("input.q");
@@ -198,6 +198,34 @@ Inputs read_inputs(const kdtr::File& g) {
   // tree_accept: target_predict [B,T].
   in.target_predict = g.get<int64_t>("input.target_predict", {in.B, in.T});
   return in;
+}
+
+// Resource limits (docs/binaries.md), before anything is allocated: every output of the
+// three ops (visibility alone is B * T * T bytes, T = max_budget + 1), and for the CPU
+// backend the larger of the two scratches that the chain uses one after the other:
+// tree_build_cpu's (sized by N, even when B = 0) and verify_attn_cpu's for the longest
+// request (L = prefix_len + tree_len keys, tree_len <= T).  Exit 2.
+void check_limits(const kdtr::File& g, const Inputs& in, bool cpu) {
+  using kdtr::cli::Bytes;
+  const uint64_t B = static_cast<uint64_t>(in.B), T = static_cast<uint64_t>(in.T), H = static_cast<uint64_t>(in.H);
+  const uint64_t d_v = static_cast<uint64_t>(in.d_v), Dqk = static_cast<uint64_t>(in.Dqk);
+  const Bytes outputs = kdtr::cli::tree_build_output_bytes(B, T) + kdtr::cli::verify_attn_output_bytes(B, T, H, d_v) +
+                        kdtr::cli::tree_accept_output_bytes(B, T);
+  kdtr::cli::require_output_bytes(g, "metadata max_budget", outputs,
+                                  "B = " + std::to_string(B) + ", T = max_budget + 1 = " + std::to_string(T) +
+                                      ", H = " + std::to_string(H) + ", d_v = " + std::to_string(d_v));
+  if (!cpu) return;
+  const Bytes tree_len = Bytes::product({B, 4});
+  kdtr::cli::require_scratch_bytes(
+      g, "metadata max_budget",
+      tree_len + kdtr::cli::tree_build_scratch_bytes(static_cast<uint64_t>(in.N), static_cast<uint64_t>(in.D),
+                                                     sizeof(kdtr::TreeBuildCand)),
+      "tree_build: N = " + std::to_string(in.N) + ", D = " + std::to_string(in.D));
+  uint64_t L = 0;
+  for (int64_t b = 0; b < in.B; ++b) L = std::max<uint64_t>(L, static_cast<uint64_t>(in.prefix_len[b]) + T);
+  kdtr::cli::require_scratch_bytes(g, "input.kv_cache", tree_len + kdtr::cli::verify_attn_scratch_bytes(L, Dqk, d_v),
+                                   "verify_attn: L = prefix_len + T = " + std::to_string(L) + " keys of Dqk = " +
+                                       std::to_string(Dqk));
 }
 
 std::string run_cpu(const Inputs& in, Outputs& out, int repeat) {
@@ -353,6 +381,7 @@ int run(const kdtr::cli::Args& args) {
   kdtr::cli::require_backend(args);
   const kdtr::File golden = kdtr::File::open(args.input);
   const Inputs in = read_inputs(golden);
+  check_limits(golden, in, !args.cuda());
   Outputs out(in);
 
   std::string kernel;

@@ -66,6 +66,11 @@ Inputs read_inputs(const kdtr::File& g) {
   in.next_sibling = g.get<int32_t>("input.next_sibling", {in.B, in.T});
   in.node_count = g.get<int32_t>("input.node_count", {in.B});
   in.target_predict = g.get<int64_t>("input.target_predict", {in.B, in.T});
+  // Resource limits (docs/binaries.md), before anything is allocated; the CPU backend has
+  // no scratch.  The outputs are bounded by the inputs' own bytes, but a limit is a limit.
+  const uint64_t B = static_cast<uint64_t>(in.B), T = static_cast<uint64_t>(in.T);
+  kdtr::cli::require_output_bytes(g, "input.node_token_ids", kdtr::cli::tree_accept_output_bytes(B, T),
+                                  "B = " + std::to_string(B) + ", T = " + std::to_string(T));
   return in;
 }
 

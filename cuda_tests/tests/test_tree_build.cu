@@ -9,7 +9,9 @@
 // [B,T], node_depths, parents, next_token, next_sibling i32 [B,T], visibility u8 [B,T,T],
 // status i32 [B] with metadata op="tree_build", config (copied from the golden), backend,
 // device.  budget / depth_limit out of range and bad log-probs or ids are not input errors:
-// they are per-request statuses.  Exit codes and the --repeat line: docs/binaries.md.
+// they are per-request statuses.  Outputs (and the CPU backend's scratch) implied by
+// max_budget over the resource limits of kdtr_cli.hpp are input errors (exit 2), checked
+// before anything is allocated.  Exit codes, limits and the --repeat line: docs/binaries.md.
 //
 // Compiles as CUDA (nvcc, linked with kernels/tree_build.cu) or as plain C++ for the
 // CPU-only build (g++ -x c++ -DKDTR_NO_CUDA).
@@ -80,11 +82,22 @@ Inputs read_inputs(const kdtr::File& g) {
   in.depth_limit = g.get<int32_t>("input.depth_limit", {in.B});
   in.N = kdtr::cli::read_max_budget(g);
   in.T = in.N + 1;
-  // The visibility output holds B * T * T bytes: refuse what cannot even be addressed.
-  if (in.B > 0 && in.T > INT64_MAX / in.T / in.B)
-    kdtr::cli::die(kdtr::cli::EXIT_USAGE, g.path() + ": B * T * T (B = " + std::to_string(in.B) + ", T = " +
-                                              std::to_string(in.T) + ") overflows the visibility output");
   return in;
+}
+
+// Resource limits (docs/binaries.md), before anything is allocated: the outputs (visibility
+// alone is B * T * T bytes, T = max_budget + 1) and, for the CPU backend, tree_build_cpu's
+// scratch (sized by N even when B = 0).  Exit 2 naming metadata max_budget.
+void check_limits(const kdtr::File& g, const Inputs& in, bool cpu) {
+  const uint64_t B = static_cast<uint64_t>(in.B), T = static_cast<uint64_t>(in.T);
+  kdtr::cli::require_output_bytes(g, "metadata max_budget", kdtr::cli::tree_build_output_bytes(B, T),
+                                  "B = " + std::to_string(B) + ", T = max_budget + 1 = " + std::to_string(T));
+  if (cpu)
+    kdtr::cli::require_scratch_bytes(
+        g, "metadata max_budget",
+        kdtr::cli::tree_build_scratch_bytes(static_cast<uint64_t>(in.N), static_cast<uint64_t>(in.D),
+                                            sizeof(kdtr::TreeBuildCand)),
+        "N = " + std::to_string(in.N) + ", D = " + std::to_string(in.D));
 }
 
 void run_cpu(const Inputs& in, Outputs& out, int repeat) {
@@ -160,6 +173,7 @@ int run(const kdtr::cli::Args& args) {
   kdtr::cli::require_backend(args);
   const kdtr::File golden = kdtr::File::open(args.input);
   const Inputs in = read_inputs(golden);
+  check_limits(golden, in, !args.cuda());
   Outputs out(in.B, in.T);
 
   if (args.cuda()) {

@@ -11,11 +11,14 @@
 // device, kernel ("cpu_f64", or the CUDA kernel instance that ran).  Exit codes and the
 // --repeat line: docs/binaries.md.  --kernel (CUDA only) forces the f32 FFMA kernel
 // (simt) or the bf16 tensor-core kernel (mma; exit 3 where it does not apply); the
-// default auto picks mma where it applies.
+// default auto picks mma where it applies.  Outputs (and the CPU backend's scratch) over
+// the resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything
+// is allocated.
 //
 // Compiles as CUDA (nvcc, linked with kernels/verify_attn.cu) or as plain C++ for the
 // CPU-only build (g++ -x c++ -DKDTR_NO_CUDA).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -109,6 +112,24 @@ Inputs read_inputs(const kdtr::File& g) {
                     " exceeds the cache rows S = " + std::to_string(in.S));
   }
   return in;
+}
+
+// Resource limits (docs/binaries.md), before anything is allocated: the outputs out
+// [B,T,H,d_v] and lse [B,T,H] (f32), and for the CPU backend its scratch for the longest
+// request, L = prefix_len + tree_len keys (at most S rows of input.kv_cache).  Exit 2.
+void check_limits(const kdtr::File& g, const Inputs& in, bool cpu) {
+  const uint64_t B = static_cast<uint64_t>(in.B), T = static_cast<uint64_t>(in.T), H = static_cast<uint64_t>(in.H);
+  const uint64_t d_v = static_cast<uint64_t>(in.d_v), Dqk = static_cast<uint64_t>(in.Dqk);
+  kdtr::cli::require_output_bytes(g, "input.q", kdtr::cli::verify_attn_output_bytes(B, T, H, d_v),
+                                  "out [B,T,H,d_v] = [" + std::to_string(B) + "," + std::to_string(T) + "," +
+                                      std::to_string(H) + "," + std::to_string(d_v) + "] and lse [B,T,H]");
+  if (!cpu) return;
+  uint64_t L = 0;
+  for (int64_t b = 0; b < in.B; ++b)
+    L = std::max<uint64_t>(L, static_cast<uint64_t>(in.prefix_len[b]) + static_cast<uint64_t>(in.tree_len[b]));
+  kdtr::cli::require_scratch_bytes(g, "input.kv_cache", kdtr::cli::verify_attn_scratch_bytes(L, Dqk, d_v),
+                                   "L = prefix_len + tree_len = " + std::to_string(L) + " keys of Dqk = " +
+                                       std::to_string(Dqk));
 }
 
 struct Outputs {
@@ -219,6 +240,7 @@ int run(const kdtr::cli::Args& args) {
   kdtr::cli::require_backend(args);
   const kdtr::File golden = kdtr::File::open(args.input);
   const Inputs in = read_inputs(golden);
+  check_limits(golden, in, !args.cuda());
   Outputs out(in);
 
   std::string kernel;

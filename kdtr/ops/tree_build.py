@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..limits import check_output_bytes, tree_build_output_bytes
+
 STATUS_OK = 0
 STATUS_BAD_BUDGET = 1
 STATUS_BAD_DEPTH_LIMIT = 2
@@ -147,7 +149,9 @@ def tree_build(
         :class:`TreeBuildResult`.
 
     Raises:
-        ValueError: inconsistent shapes or dtypes; invalid input when on_invalid="raise".
+        ValueError: inconsistent shapes or dtypes; n_max not an int >= 0; outputs (visibility
+            alone is B * (n_max + 1)^2 bytes) over kdtr.limits.max_output_bytes(), naming
+            n_max, before anything is allocated; invalid input when on_invalid="raise".
     """
     lp = np.asarray(top_log_probs)
     ids = np.asarray(top_token_ids)
@@ -164,7 +168,12 @@ def tree_build(
         raise ValueError(f"on_invalid must be 'raise' or 'status', not {on_invalid!r}")
     if n_max is None:
         n_max = int(max(int(np.max(budget)) if b else 0, 0))
+    if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or n_max < 0:
+        raise ValueError(f"n_max must be an int >= 0, not {n_max!r}")
+    n_max = int(n_max)
     t = n_max + 1
+    # Before any allocation: visibility alone is B * T * T bytes (kdtr/limits.py).
+    check_output_bytes(tree_build_output_bytes(b, t), "n_max", f"B = {b}, T = n_max + 1 = {t}")
 
     count = np.zeros(b, np.int32)
     tok = np.full((b, t), -1, np.int64)

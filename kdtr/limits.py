@@ -1,0 +1,128 @@
+"""Resource limits of the reference ops and the test binaries (docs/binaries.md, "Resource limits").
+
+A golden's inputs cost what the file holds; what an op allocates on top of them is sized by
+dims and metadata the caller declares -- ``max_budget`` (``n_max``) above all, which no
+input shape bounds: B = D = K = 1 with N = 2^31 - 2 implies a 4.6e18-byte visibility
+output. So before allocating, the reference ops and the C++ binaries compute the bytes of
+
+- the op's outputs, all together, as the contract defines them (f32 ``out`` and ``lse``,
+  u8 ``visibility``, ...), against :data:`MAX_OUTPUT_BYTES`, and
+- their largest working array (the "scratch"), against :data:`MAX_SCRATCH_BYTES`,
+
+and refuse what exceeds them: the Python reference with a ``ValueError`` naming the
+argument, a binary with exit 2 and one line naming the file and the field. The values are
+the same as ``kMaxOutputBytes`` / ``kMaxScratchBytes`` in cuda_tests/include/kdtr_cli.hpp
+(tests/test_binary_limits.py checks it). The environment variables
+``KDTR_MAX_OUTPUT_BYTES`` and ``KDTR_MAX_SCRATCH_BYTES`` (decimal byte counts) replace them
+for one process -- and for the binaries it starts, which inherit the environment.
+"""
+
+from __future__ import annotations
+
+import os
+
+MAX_OUTPUT_BYTES = 4 << 30
+"""Default limit on the bytes of one op call's outputs, all together (4 GiB)."""
+
+MAX_SCRATCH_BYTES = 1 << 30
+"""Default limit on an op's largest working array (1 GiB)."""
+
+MAX_OUTPUT_BYTES_ENV = "KDTR_MAX_OUTPUT_BYTES"
+MAX_SCRATCH_BYTES_ENV = "KDTR_MAX_SCRATCH_BYTES"
+
+
+def _limit(env: str, default: int) -> int:
+    """The byte count in ``$env`` if set and non-empty, else ``default``.
+
+    Raises:
+        ValueError: ``$env`` is not a decimal integer >= 0 (the message names the variable).
+    """
+    text = os.environ.get(env, "")
+    if text == "":
+        return default
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"environment {env}={text!r}: not a byte count (a decimal integer, e.g. {default})")
+    return int(text)
+
+
+def max_output_bytes() -> int:
+    """The output limit in force: ``$KDTR_MAX_OUTPUT_BYTES`` or :data:`MAX_OUTPUT_BYTES`.
+
+    Raises:
+        ValueError: the variable is set to something other than a decimal integer.
+    """
+    return _limit(MAX_OUTPUT_BYTES_ENV, MAX_OUTPUT_BYTES)
+
+
+def max_scratch_bytes() -> int:
+    """The scratch limit in force: ``$KDTR_MAX_SCRATCH_BYTES`` or :data:`MAX_SCRATCH_BYTES`.
+
+    Raises:
+        ValueError: the variable is set to something other than a decimal integer.
+    """
+    return _limit(MAX_SCRATCH_BYTES_ENV, MAX_SCRATCH_BYTES)
+
+
+def bytes_text(n: int) -> str:
+    """``4294967296 bytes (4 GiB)``; ``4.61e18 bytes (4 EiB)`` from 10^15 on (as the binaries print)."""
+    s = f"{n} bytes" if n < 10**15 else f"{n:.3g}".replace("e+", "e") + " bytes"
+    v, unit = float(n), ""
+    for u in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"):
+        if v < 1024.0:
+            break
+        v, unit = v / 1024.0, u
+    return f"{s} ({v:.3g} {unit})" if unit else s
+
+
+def check_output_bytes(nbytes: int, argument: str, dims: str) -> None:
+    """Refuse outputs of ``nbytes`` bytes over :func:`max_output_bytes`.
+
+    Args:
+        nbytes: the bytes of every output of the call (Python int: no overflow).
+        argument: the argument that implies the size, named in the message (e.g. ``"n_max"``).
+        dims: the dims behind ``nbytes``, for the message (e.g. ``"B = 1, T = n_max + 1 = 2147483647"``).
+
+    Raises:
+        ValueError: ``"<argument>: outputs would need <n> bytes for <dims>, over the limit of
+            <limit> bytes; set KDTR_MAX_OUTPUT_BYTES to a larger byte count to allow it"``.
+    """
+    _check(nbytes, max_output_bytes(), "outputs", argument, dims, MAX_OUTPUT_BYTES_ENV)
+
+
+def check_scratch_bytes(nbytes: int, argument: str, dims: str) -> None:
+    """Refuse a working array of ``nbytes`` bytes over :func:`max_scratch_bytes`.
+
+    Args and the message: as :func:`check_output_bytes`, with "scratch" and
+    KDTR_MAX_SCRATCH_BYTES.
+
+    Raises:
+        ValueError: over the limit.
+    """
+    _check(nbytes, max_scratch_bytes(), "scratch", argument, dims, MAX_SCRATCH_BYTES_ENV)
+
+
+def _check(nbytes: int, limit: int, what: str, argument: str, dims: str, env: str) -> None:
+    if nbytes > limit:
+        raise ValueError(
+            f"{argument}: {what} would need {bytes_text(nbytes)} for {dims}, over the limit of "
+            f"{bytes_text(limit)}; set {env} to a larger byte count to allow it"
+        )
+
+
+def tree_build_output_bytes(b: int, t: int) -> int:
+    """Bytes of tree_build's outputs for ``b`` requests of ``t`` slots (kdtr_cli.hpp alike).
+
+    node_count, status i32 [B]; node_token_ids i64 [B,T]; node_depths, parents,
+    next_token, next_sibling i32 [B,T]; visibility u8 [B,T,T].
+    """
+    return b * 8 + b * t * 24 + b * t * t
+
+
+def verify_attn_output_bytes(b: int, t: int, h: int, d_v: int) -> int:
+    """Bytes of verify_attn's outputs: out f32 [B,T,H,d_v] and lse f32 [B,T,H]."""
+    return b * t * h * d_v * 4 + b * t * h * 4
+
+
+def tree_accept_output_bytes(b: int, t: int) -> int:
+    """Bytes of tree_accept's outputs: accepted_count, status i32 [B]; accepted_path i32 [B,T]; proposed i64 [B,T]."""
+    return b * 8 + b * t * 12
