@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..limits import check_output_bytes, check_scratch_bytes, verify_attn_output_bytes
 
 
 @dataclass
@@ -91,6 +92,8 @@ def verify_attn_f64(
         raise ValueError(f"d_v {d_v} outside [1, {dqk}]")
     if np.asarray(visibility).shape != (b, t, t):
         raise ValueError(f"visibility must be [{b},{t},{t}]")
+    check_output_bytes(verify_attn_output_bytes(b, t, h, d_v), "q, d_v",  # kdtr/limits.py, before allocating
+                       f"out [B,T,H,d_v] = [{b},{t},{h},{d_v}] and lse [B,T,H]")
     out = np.zeros((b, t, h, d_v), np.float64)
     lse = np.full((b, t, h), -np.inf, np.float64)
     scale = float(np.float32(sm_scale))
@@ -98,6 +101,8 @@ def verify_attn_f64(
         pl, tl = int(prefix_len[r]), int(tree_len[r])
         if pl < 0 or not 0 <= tl <= t or pl + tl > s_max:
             raise ValueError(f"request {r}: prefix_len {pl}, tree_len {tl} invalid for T={t}, S={s_max}")
+        check_scratch_bytes(8 * (pl + tl) * (dqk + tl * h), f"request {r}: prefix_len, tree_len",  # kdtr/limits.py
+                            f"keys [L,Dqk] and scores [tree_len,H,L] in float64, L = {pl + tl}, Dqk = {dqk}, H = {h}")
         if tl == 0:
             continue
         keys = kv[r, : pl + tl].astype(np.float64)  # [L, Dqk]
