@@ -31,6 +31,7 @@ import pytest
 
 import kdtr
 from kdtr import limits
+from kdtr.ops import tree_accept as ta
 from kdtr.ops import tree_build as tb
 from kdtr.ops import verify_attn as va
 
@@ -401,6 +402,21 @@ def test_python_verify_attn_scratch_limit(monkeypatch):
     with pytest.raises(ValueError, match=r"^request 0: prefix_len, tree_len: scratch would need .*"
                                          r"KDTR_MAX_SCRATCH_BYTES"):
         va.verify_attn(**_va_args())
+
+
+def test_python_tree_accept_output_limit_is_exact(monkeypatch):
+    b, t = 3, 5
+    args = dict(node_token_ids=np.zeros((b, t), np.int64), next_token=np.full((b, t), -1, np.int32),
+                next_sibling=np.full((b, t), -1, np.int32), node_count=np.zeros(b, np.int32),
+                target_predict=np.zeros((b, t), np.int64))
+    monkeypatch.delenv(limits.MAX_OUTPUT_BYTES_ENV, raising=False)
+    need = sum(a.nbytes for a in ta.tree_accept(**args).as_dict().values())
+    assert need == limits.tree_accept_output_bytes(b, t)
+    monkeypatch.setenv(limits.MAX_OUTPUT_BYTES_ENV, str(need))
+    ta.tree_accept(**args)
+    monkeypatch.setenv(limits.MAX_OUTPUT_BYTES_ENV, str(need - 1))
+    with pytest.raises(ValueError, match=rf"^node_token_ids: outputs would need {need} bytes"):
+        ta.tree_accept(**args)
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1e9", " 5"])

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..limits import check_output_bytes, tree_accept_output_bytes
+
 STATUS_OK = 0
 STATUS_BAD_NODE_COUNT = 1
 STATUS_BAD_INDEX = 2
@@ -129,7 +131,8 @@ def tree_accept(
 
     Raises:
         ValueError: inconsistent shapes or dtypes (never for malformed trees or negative
-            token ids: those get a per-request status).
+            token ids: those get a per-request status); outputs over
+            kdtr.limits.max_output_bytes() (naming node_token_ids), before allocating them.
     """
     ids = np.asarray(node_token_ids)
     if ids.ndim != 2:
@@ -147,6 +150,8 @@ def tree_accept(
         raise ValueError(f"node_count must be int32 [{b}]")
     if t < 1:
         raise ValueError("T must be at least 1 (the root slot)")
+    # kdtr/limits.py, before allocating (the inputs may be views that hold no bytes)
+    check_output_bytes(tree_accept_output_bytes(b, t), "node_token_ids", f"B = {b}, T = {t}")
 
     count = np.zeros(b, np.int32)
     path = np.full((b, t), -1, np.int32)
