@@ -413,3 +413,11 @@ def test_property_exact_equals_bytes(case) -> None:
     assert [el.index[0] for el in r.first] == [i for i, ok in enumerate(ref) if not ok][:10]
     for el in r.first:  # the table tells the two values apart
         assert el.expected != el.actual
+
+
+def test_identical_bytes_with_nan_fail_under_nan_fail() -> None:
+    """A later fast path for identical outputs must keep this: nan=fail fails NaN even in both."""
+    x = np.array([1.0, nan], np.float32)
+    assert not compare("t", x, x.copy(), Contract("allclose", nan="fail")).ok
+    assert compare("t", x, x.copy(), Contract("allclose", nan="equal")).ok
+    assert compare("t", x, x.copy(), EXACT).ok
