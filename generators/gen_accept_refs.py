@@ -53,7 +53,8 @@ CONFIGS: dict[str, Config] = {
     "token_id_zero": Config("accepted draft tokens with id 0 (not padding)", 1010, 4, 32, depth=6, topk=4, kind="zero"),
     "malformed": Config("cycle in next_sibling, wild index, bad node_count: statuses 1-3", 1011, 8, 16, depth=4, topk=4, kind="malformed"),
     "negative_token": Config("negative token ids in live slots (status 4 NEGATIVE_TOKEN), on and off the walk, "
-                             "and only past node_count (OK)", 1012, 10, 16, depth=4, topk=4, kind="negative"),
+                             "and only past node_count (OK); T = 49 > 32 so the scan wraps the lanes", 1012, 10, 48, depth=4,
+                             topk=4, kind="negative"),
 }
 
 
