@@ -12,6 +12,7 @@ test can check that both readers reject a malformed file for the same reason.
 
 from __future__ import annotations
 
+import errno as _errno
 import os
 
 
@@ -132,4 +133,46 @@ class BadBoolValue(KdtrError):
 
 
 class WriteError(KdtrError):
-    """The writer was given something it cannot store (bad name, dtype, metadata value)."""
+    """The writer was given something it cannot store, or something a KDTR reader would
+    reject (bad name, duplicate name, dtype, bool byte, metadata value, caps).
+
+    ``path`` is the destination given to :func:`kdtr.save` (``"<bytes>"`` for
+    :func:`kdtr.format.to_bytes`), ``field`` the argument, tensor or metadata entry
+    (``tensors[1].name``, ``tensor 'mask'``, ``metadata["op"]``), ``offset`` is -1.
+    """
+
+
+class Io(OSError):
+    """The path cannot be read as a KDTR file: it is not a regular file (a directory, a
+    FIFO, a device, a socket), or it shrank while :func:`kdtr.load` read it with
+    ``mmap=False``.
+
+    An :class:`OSError`, not a :class:`KdtrError`: no byte of a file is wrong. Its name is
+    the C++ ``kdtr::ErrorCode::Io``. Failures of the operating system itself (no such
+    file, permission denied) stay the ordinary ``OSError`` subclasses.
+
+    Attributes:
+        path: the file (str). ``filename`` (OSError's) is the same.
+        field: always ``"file"``, as in the C++ message.
+        offset: always -1.
+        detail: what is wrong, in words; also ``strerror``.
+        errno: EISDIR for a directory, EIO when the file shrank, else EINVAL.
+    """
+
+    def __init__(self, path: str | os.PathLike, detail: str, err: int = _errno.EINVAL):
+        super().__init__(err, detail, os.fspath(path))
+        self.path = os.fspath(path)
+        self.field = "file"
+        self.offset = -1
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.field}: {self.detail}"
+
+    def __reduce__(self):  # pickles (e.g. across a process pool) with its own signature
+        return (type(self), (self.path, self.detail, self.errno))
+
+    @property
+    def code(self) -> str:
+        """``"Io"``, the C++ ``kdtr::ErrorCode`` enumerator."""
+        return "Io"

@@ -15,8 +15,13 @@ Layout (all little-endian, offsets absolute)::
     data      each tensor at a multiple of 64, zero padding, nothing after the last one
 
 Reading is zero-copy: :func:`load` maps the file and returns read-only numpy views over
-the mapping; with ``verify=False`` it reads only the header and the padding bytes.
-Writing is atomic: a temporary file in the target directory, fsync, rename.
+the mapping (``mmap=False`` reads the file into memory instead, for files that may be
+truncated while in use: a truncated mapping raises SIGBUS); with ``verify=False`` it reads
+only the header and the padding bytes. Only regular files are opened (a FIFO, a device or
+a directory is refused with :class:`kdtr.errors.Io`, without blocking).
+Writing validates everything first (the writer refuses whatever a reader would reject,
+with :class:`kdtr.errors.WriteError` naming the destination), then is atomic: a temporary
+file ``.<name>.<random>.tmp`` in the target directory, fsync, rename.
 
 Every defect raises a subclass of :class:`kdtr.errors.KdtrError` that names the file, the
 field and its byte offset. Validation never uses ``assert``.
@@ -25,12 +30,14 @@ field and its byte offset. Validation never uses ``assert``.
 from __future__ import annotations
 
 import bisect
+import errno
 import io
-import mmap
+import mmap as mmap_module
 import os
+import stat
 import tempfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,7 +117,8 @@ class KdtrFile:
     Attributes:
         path: the file's path.
         version: (major, minor).
-        tensors: name -> read-only numpy array (a view over the file mapping), file order.
+        tensors: name -> read-only numpy array, file order: a view over the file mapping
+            (``load(mmap=True)``) or over a private in-memory copy (``mmap=False``).
         metadata: key -> int | float | str | bool, file order.
         entries: the parsed tensor entries, file order.
     """
@@ -120,7 +128,7 @@ class KdtrFile:
     tensors: dict[str, np.ndarray]
     metadata: dict[str, Any]
     entries: list[TensorEntry] = field(repr=False)
-    _mmap: mmap.mmap | None = field(default=None, repr=False)
+    _mmap: mmap_module.mmap | None = field(default=None, repr=False)
 
     def __enter__(self) -> KdtrFile:
         return self
@@ -129,7 +137,8 @@ class KdtrFile:
         self.close()
 
     def close(self) -> None:
-        """Drop the tensors and unmap the file if no view is still alive elsewhere."""
+        """Drop the tensors and unmap the file if no view is still alive elsewhere (an
+        in-memory copy is freed when its last view is)."""
         self.tensors = {}
         if self._mmap is not None:
             try:
@@ -353,36 +362,108 @@ def _verify_tensor(path: str, buf: memoryview, e: TensorEntry) -> None:
             raise E.BadBoolValue(path, f"tensor {e.name!r} data", e.offset + k, f"bool byte {value} at element {k}")
 
 
-def load(path: str | os.PathLike, verify: bool = True) -> KdtrFile:
-    """Open a KDTR file and return its tensors (read-only views over an mmap) and metadata.
+def load(path: str | os.PathLike, verify: bool = True, *, mmap: bool = True) -> KdtrFile:
+    """Open a KDTR file and return its tensors (read-only numpy arrays) and metadata.
 
     Args:
-        path: the file.
+        path: the file; it must be a regular file (a symlink to one is fine).
         verify: also check every tensor's CRC-32 and the 0/1 rule of bool tensors
             (reads all data once). With False, opening costs O(header).
+        mmap: True (the default): the tensors are zero-copy views over a read-only
+            mapping of the file. False: the whole file is read into memory once and the
+            tensors are views over that copy; the same rules are checked and the arrays
+            are just as read-only.
 
     Returns:
         A :class:`KdtrFile`; ``.tensors`` maps name -> np.ndarray (C order, the file's
-        shape and dtype, bf16 as ``ml_dtypes.bfloat16``), ``.metadata`` maps key -> value.
+        shape and dtype, bf16 as ``ml_dtypes.bfloat16``, ``writeable`` False),
+        ``.metadata`` maps key -> int | float | str | bool, both in file order.
 
     Raises:
         KdtrError: a subclass naming the defect, the file, the field and the offset.
-        OSError: the file cannot be opened.
+        kdtr.errors.Io: ``path`` is not a regular file (a directory, FIFO, device or
+            socket: it is refused without being read, so a FIFO with no writer does not
+            hang), or it shrank while being read with ``mmap=False``.
+        OSError: the file cannot be opened or read (no such file, permission denied).
+
+    Warning (mmap=True): the arrays read the file's pages on first touch. If the file is
+    truncated or rewritten in place while the arrays are alive, touching a page past its
+    new end kills the process with SIGBUS, and a rewrite in place changes the arrays'
+    contents under you (``kdtr.save`` replaces files by rename, which is safe). Use
+    ``mmap=False`` when another process may truncate or rewrite the file.
     """
     p = os.fspath(path)
-    with open(p, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size < PREAMBLE_LEN:
-            _check_short_preamble(p, fh.read(PREAMBLE_LEN), size)
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    fd = _open_regular(p)
     try:
-        return _load_mapped(p, mm, size, verify)
+        size = os.fstat(fd).st_size
+        if size < PREAMBLE_LEN:
+            _check_short_preamble(p, os.read(fd, PREAMBLE_LEN), size)
+        if mmap:
+            try:
+                src: Any = mmap_module.mmap(fd, 0, access=mmap_module.ACCESS_READ)
+            except ValueError:  # "cannot mmap an empty file": emptied since fstat
+                _check_short_preamble(p, b"", 0)
+            size = len(src)  # the mapping's own length, should the file have changed since fstat
+            if size < PREAMBLE_LEN:
+                head = bytes(src[:size])
+                src.close()
+                _check_short_preamble(p, head, size)
+        else:
+            src = _read_all(p, fd, size)
+    finally:
+        os.close(fd)
+    try:
+        return _load_mapped(p, src, size, verify, src if mmap else None)
     except BaseException:
-        try:
-            mm.close()
-        except BufferError:
-            pass  # a view is still referenced (e.g. by the traceback); freed with it
+        if mmap:
+            try:
+                src.close()
+            except BufferError:
+                pass  # a view is still referenced (e.g. by the traceback); freed with it
         raise
+
+
+def _open_regular(p: str) -> int:
+    """A read-only descriptor of ``p``, or :class:`kdtr.errors.Io` if it is not a regular
+    file. The open does not block (O_NONBLOCK, so a FIFO with no writer is refused at once,
+    and O_NOCTTY); O_NONBLOCK is cleared again before any read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_BINARY", 0)
+    fd = os.open(p, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a directory" if stat.S_ISDIR(mode) else
+                "a FIFO" if stat.S_ISFIFO(mode) else
+                "a character device" if stat.S_ISCHR(mode) else
+                "a block device" if stat.S_ISBLK(mode) else
+                "a socket" if stat.S_ISSOCK(mode) else
+                "not a regular file"
+            )
+            raise E.Io(p, f"not a regular file ({kind})", errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_all(p: str, fd: int, size: int) -> memoryview:
+    """The first ``size`` bytes of ``fd`` as a read-only memoryview over a private copy."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    pos = 0
+    with open(fd, "rb", buffering=0, closefd=False) as raw:
+        while pos < size:
+            n = raw.readinto(view[pos:])
+            if not n:
+                view.release()
+                raise E.Io(p, f"file shrank while reading: {size} bytes at open, {pos} read", errno.EIO)
+            pos += n
+    view.release()
+    return memoryview(buf).toreadonly()
 
 
 def _check_short_preamble(p: str, head: bytes, size: int) -> None:
@@ -403,8 +484,10 @@ def _check_short_preamble(p: str, head: bytes, size: int) -> None:
     raise E.Truncated(p, "header_len", 12, short)
 
 
-def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
-    buf = memoryview(mm)
+def _load_mapped(p: str, src: Any, size: int, verify: bool, mm: mmap_module.mmap | None) -> KdtrFile:
+    """Parse and validate the ``size`` bytes of ``src`` (a read-only mmap or memoryview);
+    ``mm`` is the mapping the returned file owns (None for an in-memory copy)."""
+    buf = memoryview(src)
     try:
         pre = Preamble.parse(bytes(buf[:PREAMBLE_LEN]))
         if pre.magic != MAGIC:
@@ -465,7 +548,7 @@ def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
                 arr = np.empty(e.shape, dtype=dt)
                 arr.flags.writeable = False
             else:
-                arr = np.frombuffer(mm, dtype=dt, count=e.nbytes // dt.itemsize, offset=e.offset).reshape(e.shape)
+                arr = np.frombuffer(src, dtype=dt, count=e.nbytes // dt.itemsize, offset=e.offset).reshape(e.shape)
             tensors[e.name] = arr
     finally:
         buf.release()
@@ -475,40 +558,127 @@ def _load_mapped(p: str, mm: mmap.mmap, size: int, verify: bool) -> KdtrFile:
 # --- writer ---------------------------------------------------------------------------
 
 
-def _utf8(what: str, text: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates have no UTF-8 form
-        raise E.WriteError("<write>", what, -1, f"{text!r} cannot be encoded as UTF-8 ({exc.reason})") from exc
+_BOOL_CODE = next(c for c, d in DTYPE_BY_CODE.items() if d.name == "bool")
+_F64 = np.dtype("<f8")
 
 
-def _encode_name(what: str, name: Any) -> bytes:
+def _werr(path: str, field_name: str, detail: str) -> E.WriteError:
+    return E.WriteError(path, field_name, -1, detail)
+
+
+def _pairs(path: str, what: str, obj: Any) -> list[tuple[Any, Any]]:
+    """The (name, value) pairs of ``obj``, in order: a mapping (anything with ``keys()``
+    and ``[]``, as ``dict()`` takes it) or an iterable of 2-tuples / 2-lists.
+
+    Raises WriteError naming ``what`` (``tensors`` or ``metadata``) for anything else: a
+    str, bytes, an array, a non-iterable, or an item that is not a pair."""
+    if isinstance(obj, Mapping) or (hasattr(obj, "keys") and hasattr(obj, "__getitem__")):
+        return [(k, obj[k]) for k in list(obj.keys())]
+    item = "(name, array)" if what == "tensors" else "(key, value)"
+    if isinstance(obj, (str, bytes, bytearray, memoryview, np.ndarray, np.generic)) or not isinstance(obj, Iterable):
+        raise _werr(path, what, f"expected a mapping or an iterable of {item} pairs, got {type(obj).__name__}")
+    out = []
+    for i, pair in enumerate(obj):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            got = type(pair).__name__ + (f" of length {len(pair)}" if isinstance(pair, (tuple, list)) else "")
+            raise _werr(path, f"{what}[{i}]", f"expected a {item} pair, got {got}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def _encode_name(path: str, field_name: str, kind: str, name: Any) -> tuple[str, bytes]:
+    """A tensor name or metadata key and its encoded entry prefix (u16 length, UTF-8 bytes)."""
     if not isinstance(name, str):
-        raise E.WriteError("<write>", what, -1, f"name {name!r} is not a str")
-    raw = _utf8(what, name)
+        raise _werr(path, field_name, f"{kind} {name!r} is a {type(name).__name__}, not a str")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates have no UTF-8 form
+        raise _werr(path, field_name, f"{kind} {name!r} cannot be encoded as UTF-8 ({exc.reason})") from None
     if not 1 <= len(raw) <= MAX_NAME_LEN:
-        raise E.WriteError("<write>", what, -1, f"name {name!r} is {len(raw)} bytes, not in [1, {MAX_NAME_LEN}]")
-    return Name.build({"length": len(raw), "raw": raw})
+        raise _werr(path, field_name, f"{kind} {name!r} is {len(raw)} bytes of UTF-8, not in [1, {MAX_NAME_LEN}]")
+    return str(name), Name.build({"length": len(raw), "raw": raw})
 
 
-def _encode_metadata(key: str, value: Any) -> bytes:
-    out = _encode_name("metadata key", key)
-    where = f'metadata["{key}"]'
+def _as_array(path: str, where: str, value: Any) -> np.ndarray:
+    """``value`` as an ndarray: an ndarray (subclasses too, masked arrays refused), a numpy
+    scalar (a 0-d array), or an object with ``__array__`` / ``__array_interface__`` /
+    ``__array_struct__`` (a torch CPU tensor, ...). Python lists, tuples and scalars are
+    refused: their numpy dtype is a guess (int64 or int32, float64) and goldens need exact
+    dtypes."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise _werr(path, where, "is a masked array; KDTR cannot store its mask (pass .filled(...) or .data)")
+    if isinstance(value, (np.ndarray, np.generic)):
+        return np.asarray(value)
+    if any(hasattr(value, attr) for attr in ("__array__", "__array_interface__", "__array_struct__")):
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's value
+            raise _werr(
+                path, where, f"{type(value).__name__} cannot be converted to a numpy array ({type(exc).__name__}: {exc})"
+            ) from exc
+        if isinstance(arr, np.ndarray):
+            return arr
+    raise _werr(
+        path, where, f"is a {type(value).__name__}, not an array; pass a numpy array with an explicit dtype "
+        "(np.asarray(value, dtype=...))"
+    )
+
+
+def _prepare_tensor(path: str, where: str, value: Any) -> tuple[int, np.ndarray]:
+    """(dtype code, C-contiguous little-endian array) of one tensor value, or WriteError
+    for anything a KDTR reader would reject."""
+    arr = _as_array(path, where, value)
+    if arr.ndim > MAX_NDIM:
+        raise _werr(path, where, f"ndim {arr.ndim} > {MAX_NDIM} (readers reject it: TooManyDims)")
+    code = code_of_dtype(arr.dtype.newbyteorder("<"))
+    if code is None:
+        raise _werr(path, where, f"dtype {arr.dtype} is not a KDTR dtype (docs/kdtr-format.md section 2)")
+    target = DTYPE_BY_CODE[code].numpy
+    if arr.dtype != target:  # big-endian input: the same values, stored little-endian
+        arr = arr.astype(target)
+    try:
+        _checked_nbytes(path, where, -1, arr.shape, target.itemsize)
+    except E.SizeOverflow as exc:  # numpy forbids such arrays; kept as a guard
+        raise _werr(path, where, exc.detail) from None
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    if code == _BOOL_CODE and arr.size:
+        raw = _raw(arr)
+        bad = np.flatnonzero(raw > 1)
+        if bad.size:
+            k = int(bad[0])
+            raise _werr(
+                path, where, f"bool byte {int(raw[k])} at element {k} (C order) is neither 0 nor 1 "
+                "(readers reject it: BadBoolValue); store arr != 0 or a u8 array"
+            )
+    return code, arr
+
+
+def _encode_metadata_value(path: str, where: str, value: Any) -> bytes:
+    """The type byte and value of one metadata entry (docs/kdtr-format.md section 1.4)."""
     if isinstance(value, (bool, np.bool_)):
-        return out + MetaType.build(META_BOOL) + Int8ul.build(int(bool(value)))
+        return MetaType.build(META_BOOL) + Int8ul.build(int(bool(value)))
     if isinstance(value, (int, np.integer)):
         v = int(value)
         if not -(1 << 63) <= v < (1 << 63):
-            raise E.WriteError("<write>", where, -1, f"int {v} does not fit in i64")
-        return out + MetaType.build(META_INT) + Int64sl.build(v)
+            raise _werr(path, where, f"int {v} does not fit in i64")
+        return MetaType.build(META_INT) + Int64sl.build(v)
     if isinstance(value, (float, np.floating)):
-        return out + MetaType.build(META_FLOAT) + Float64l.build(float(value))
+        f = float(value)
+        if isinstance(value, np.floating) and value.dtype.itemsize > 8 and not (f == value or np.isnan(value)):
+            raise _werr(path, where, f"{value.dtype} {value!r} is not exactly a float64; pass float(value) to round it")
+        return MetaType.build(META_FLOAT) + Float64l.build(f)
     if isinstance(value, str):
-        raw = _utf8(where, value)
+        try:
+            raw = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _werr(path, where, f"string {value!r} cannot be encoded as UTF-8 ({exc.reason})") from None
         if len(raw) > MAX_STRING_LEN:
-            raise E.WriteError("<write>", where, -1, f"string of {len(raw)} bytes > {MAX_STRING_LEN}")
-        return out + MetaType.build(META_STRING) + MetaString.build({"length": len(raw), "raw": raw})
-    raise E.WriteError("<write>", where, -1, f"unsupported metadata type {type(value).__name__}")
+            raise _werr(path, where, f"string of {len(raw)} bytes of UTF-8 > {MAX_STRING_LEN}")
+        return MetaType.build(META_STRING) + MetaString.build({"length": len(raw), "raw": raw})
+    raise _werr(
+        path, where, f"unsupported metadata type {type(value).__name__} (int, float, str, bool or a numpy scalar of one)"
+    )
 
 
 def _raw(arr: np.ndarray) -> np.ndarray:
@@ -520,45 +690,60 @@ def _align(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def encode(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
-    """Lay out a file: returns (preamble + header bytes, [(offset, contiguous LE array)], file size)."""
-    if len(tensors) > MAX_TENSORS:
-        raise E.WriteError("<write>", "tensors", -1, f"{len(tensors)} tensors > {MAX_TENSORS}")
-    metadata = dict(metadata or {})
-    if len(metadata) > MAX_METADATA:
-        raise E.WriteError("<write>", "metadata", -1, f"{len(metadata)} entries > {MAX_METADATA}")
-    arrays: list[tuple[str, int, np.ndarray]] = []
-    for name, value in tensors.items():
-        arr = np.asarray(value)
-        if arr.ndim > MAX_NDIM:
-            raise E.WriteError("<write>", f"tensor {name!r}", -1, f"ndim {arr.ndim} > {MAX_NDIM}")
-        if arr.dtype.byteorder == ">":
-            arr = arr.astype(arr.dtype.newbyteorder("<"))
-        code = code_of_dtype(arr.dtype)
-        if code is None:
-            raise E.WriteError("<write>", f"tensor {name!r}", -1, f"dtype {arr.dtype} is not a KDTR dtype")
-        arrays.append((name, code, arr if arr.flags.c_contiguous else arr.copy(order="C")))
+def encode(
+    tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
+    metadata: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+    path: str = "<bytes>",
+) -> tuple[bytes, list[tuple[int, np.ndarray]], int]:
+    """Validate and lay out a file without writing it.
 
-    entry_parts = []
-    for name, code, arr in arrays:
-        entry_parts.append(
-            (
-                _encode_name(f"tensor {name!r}", name)
-                + TensorKind.build({"dtype": code, "ndim": arr.ndim})
-                + Array(arr.ndim, Int64ul).build(list(arr.shape)),
-                arr,
-            )
-        )
-    meta_bytes = b"".join(_encode_metadata(k, v) for k, v in metadata.items())
+    Arguments as :func:`save`; ``path`` only names the destination in errors.
+
+    Returns:
+        (preamble + header bytes, [(offset, C-contiguous little-endian array)], file size).
+
+    Raises:
+        WriteError: anything a KDTR reader (Python or C++) would reject; see :func:`save`.
+    """
+    pairs = _pairs(path, "tensors", tensors)
+    if len(pairs) > MAX_TENSORS:
+        raise _werr(path, "tensors", f"{len(pairs)} tensors > {MAX_TENSORS} (readers reject it: TooManyTensors)")
+    meta_pairs = [] if metadata is None else _pairs(path, "metadata", metadata)
+    if len(meta_pairs) > MAX_METADATA:
+        raise _werr(path, "metadata", f"{len(meta_pairs)} entries > {MAX_METADATA} (readers reject it: TooManyMetadata)")
+
+    entry_parts: list[tuple[bytes, np.ndarray]] = []
+    seen: dict[str, int] = {}
+    for i, (name, value) in enumerate(pairs):
+        name_field = f"tensors[{i}].name"
+        name, name_bytes = _encode_name(path, name_field, "tensor name", name)
+        if name in seen:
+            raise _werr(path, name_field, f"tensor name {name!r} repeats tensors[{seen[name]}] (readers reject it: DuplicateName)")
+        seen[name] = i
+        code, arr = _prepare_tensor(path, f"tensor {name!r}", value)
+        head = name_bytes + TensorKind.build({"dtype": code, "ndim": arr.ndim}) + Array(arr.ndim, Int64ul).build(list(arr.shape))
+        entry_parts.append((head, arr))
+
+    meta_chunks: list[bytes] = []
+    seen_keys: dict[str, int] = {}
+    for i, (key, value) in enumerate(meta_pairs):
+        key_field = f"metadata[{i}].key"
+        key, key_bytes = _encode_name(path, key_field, "metadata key", key)
+        if key in seen_keys:
+            raise _werr(path, key_field, f"metadata key {key!r} repeats metadata[{seen_keys[key]}] (readers reject it: DuplicateName)")
+        seen_keys[key] = i
+        meta_chunks.append(key_bytes + _encode_metadata_value(path, f'metadata["{key}"]', value))
+    meta_bytes = b"".join(meta_chunks)
+
     entries_len = sum(len(head) + TensorPlace.sizeof() for head, _ in entry_parts)
     header_len = Counts.sizeof() + entries_len + len(meta_bytes) + 4
     if header_len > MAX_HEADER_LEN:
-        raise E.WriteError("<write>", "header", -1, f"header of {header_len} bytes > {MAX_HEADER_LEN}")
+        raise _werr(path, "header", f"header of {header_len} bytes > {MAX_HEADER_LEN} (readers reject it: HeaderTooLarge)")
 
     cursor = PREAMBLE_LEN + header_len
     data_end = cursor
     placed: list[tuple[int, np.ndarray]] = []
-    body = [Counts.build({"tensor_count": len(arrays), "metadata_count": len(metadata)})]
+    body = [Counts.build({"tensor_count": len(entry_parts), "metadata_count": len(meta_pairs)})]
     for head, arr in entry_parts:
         off = _align(cursor)
         view = _raw(arr) if arr.nbytes else b""
@@ -575,25 +760,49 @@ def encode(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None
     return head, placed, data_end
 
 
-def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> None:
+def save(
+    path: str | os.PathLike,
+    tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
+    metadata: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+) -> None:
     """Write tensors and metadata to ``path`` as KDTR 1.0, atomically.
 
     Args:
         path: destination; its directory must exist.
-        tensors: name -> array (any KDTR dtype, at most 8 dims); written in C order, little-endian,
-            in the mapping's order.
-        metadata: key -> int | float | str | bool (numpy scalars accepted), in the mapping's order.
+        tensors: name -> array, as a mapping or an iterable of (name, array) pairs (as
+            ``dict()`` takes them; a repeated name is an error, never "last one wins").
+            Names are non-empty str of at most 255 bytes of UTF-8. Each array is an
+            ndarray, a numpy scalar (stored 0-d) or an object with ``__array__`` (a torch
+            CPU tensor); any KDTR dtype (bf16 as ``ml_dtypes.bfloat16``), at most 8 dims,
+            any strides and byte order. Written in C order, little-endian, in the given order.
+            Python lists and scalars are refused (their dtype would be a guess).
+        metadata: key -> int | float | str | bool (numpy scalars of those kinds accepted),
+            as a mapping or an iterable of (key, value) pairs, written in the given order.
 
-    The bytes go to a temporary file in the same directory, which is fsynced and then
-    renamed over ``path``: an interrupted write never leaves a partial file under ``path``.
+    Everything is validated before any file is created: ``save`` refuses whatever the
+    readers (``kdtr.load``, the C++ ``kdtr.hpp``) would reject, so every file it writes
+    loads back equal (docs/kdtr-format.md section 3.1). The bytes go to a temporary file
+    ``.<name>.<random>.tmp`` in the same directory (git ignores ``*.tmp``), which is fsynced
+    and then renamed over ``path``: an interrupted write never leaves a partial file under
+    ``path``; a process killed mid-write may leave the temporary file.
 
     Raises:
-        WriteError: a name, dtype, shape or metadata value KDTR cannot hold.
+        WriteError: (a KdtrError) whose message starts with ``path`` and names the
+            argument, tensor or metadata entry: ``tensors``/``metadata`` not a mapping or
+            iterable of pairs; a name or key not a str, empty, over 255 bytes, not
+            encodable as UTF-8 (lone surrogates), or repeated; a value that is not an
+            array or cannot be converted; a dtype outside the KDTR set; more than 8
+            dims; a bool array holding a byte other than 0 or 1; a metadata value of
+            another type, an int outside i64, a long double not exactly a float64, a
+            string over 1 MiB or not encodable as UTF-8; more than 4096 tensors or
+            metadata entries; a header over 16 MiB.
         OSError: the file cannot be written (the temporary file is removed).
     """
-    dest = Path(path)
-    head, placed, data_end = encode(tensors, metadata)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
+    p = os.fsdecode(os.fspath(path))
+    head, placed, data_end = encode(tensors, metadata, p)
+    dest = Path(p)
+    parent = os.path.dirname(p) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name[:200]}.", suffix=".tmp", dir=parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
@@ -609,7 +818,7 @@ def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: M
                 fh.write(b"\0" * (data_end - pos))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+        os.replace(tmp, p)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -617,7 +826,7 @@ def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: M
             pass
         raise
     try:
-        dfd = os.open(dest.parent or ".", os.O_RDONLY)
+        dfd = os.open(parent, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -632,8 +841,12 @@ def _umask() -> int:
     return mask
 
 
-def to_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> bytes:
-    """The bytes :func:`save` would write (for tests and fuzzing)."""
+def to_bytes(
+    tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
+    metadata: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+) -> bytes:
+    """The bytes :func:`save` would write (for tests and fuzzing); the same WriteErrors,
+    with path ``"<bytes>"``."""
     head, placed, data_end = encode(tensors, metadata)
     out = bytearray(data_end)
     out[: len(head)] = head

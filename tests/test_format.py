@@ -7,10 +7,13 @@ use the writer under test.
 from __future__ import annotations
 
 import ast
+import errno
 import math
 import mmap
 import os
+import pickle
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -635,3 +638,157 @@ def test_saved_file_has_ordinary_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# --- opening: only regular files; mmap=False ------------------------------------------------
+
+
+def _load_in_subprocess(repo_root: Path, path: Path, extra: str = "", timeout: float = 30) -> subprocess.CompletedProcess:
+    """kdtr.load(path) in a child process, so that a hang fails the test (TimeoutExpired)
+    instead of hanging the suite. The child prints the error's class and message."""
+    code = (
+        "import sys, kdtr\n"
+        "try:\n"
+        f"    kdtr.load({str(path)!r}{extra})\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, '|', e); sys.exit(3)\n"
+        "print('loaded')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(repo_root))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("extra", ["", ", mmap=False", ", verify=False"])
+def test_fifo_without_writer_is_refused_not_waited_on(tmp_path, repo_root, extra):
+    """Item 7 of issue 8: open() of a FIFO blocks until a writer appears, so load hung."""
+    fifo = tmp_path / "golden.kdtr"
+    os.mkfifo(fifo)
+    r = _load_in_subprocess(repo_root, fifo, extra)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stdout.strip() == f"Io | {fifo}: file: not a regular file (a FIFO)", r.stdout
+
+
+@pytest.mark.parametrize("mmap_flag", [True, False])
+def test_non_regular_files_are_refused(tmp_path, mmap_flag):
+    fifo = tmp_path / "fifo.kdtr"
+    os.mkfifo(fifo)
+    cases = {tmp_path: ("a directory", errno.EISDIR), Path("/dev/null"): ("a character device", errno.EINVAL),
+             fifo: ("a FIFO", errno.EINVAL)}
+    link = tmp_path / "link.kdtr"
+    link.symlink_to("/dev/null")
+    cases[link] = cases[Path("/dev/null")]
+    for path, (kind, err) in cases.items():
+        with pytest.raises(E.Io) as info:
+            kdtr.load(path, mmap=mmap_flag)
+        exc = info.value
+        assert isinstance(exc, OSError) and not isinstance(exc, kdtr.KdtrError)
+        assert exc.code == "Io" and exc.path == str(path) and exc.filename == str(path)
+        assert exc.errno == err
+        assert str(exc) == f"{path}: file: not a regular file ({kind})"
+
+
+def test_a_symlink_to_a_regular_file_loads(tmp_path):
+    target = _write(tmp_path, M.valid_file_bytes())
+    link = tmp_path / "link.kdtr"
+    link.symlink_to(target)
+    with kdtr.load(link) as f:
+        assert list(f.tensors) == list(M.valid_file_contents()[0])
+
+
+def test_missing_file_is_still_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        kdtr.load(tmp_path / "nope.kdtr")
+    with pytest.raises(FileNotFoundError):
+        kdtr.load(tmp_path / "nope.kdtr", mmap=False)
+
+
+def test_io_error_pickles(tmp_path):
+    exc = E.Io(tmp_path / "x", "not a regular file (a FIFO)")
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is E.Io and str(back) == str(exc) and back.errno == exc.errno
+
+
+def test_mmap_false_reads_a_private_read_only_copy(tmp_path):
+    path = _write(tmp_path, M.valid_file_bytes())
+    tensors, metadata = M.valid_file_contents()
+    with kdtr.load(path, mmap=False) as f:
+        _check_contents(f, tensors, metadata)
+        for name, arr in f.tensors.items():
+            assert not arr.flags.writeable, name
+            if arr.size:
+                assert not isinstance(_mapping_of(arr), mmap.mmap), name
+                with pytest.raises(ValueError):
+                    arr.setflags(write=True)
+                with pytest.raises(ValueError):
+                    arr.reshape(-1)[0] = arr.reshape(-1)[0]
+
+
+@pytest.mark.parametrize("case_id, data, expected", M.CASES, ids=CASE_IDS)
+def test_malformed_file_without_mmap(tmp_path, case_id, data, expected):
+    """mmap=False applies the same rules and raises the same errors."""
+    path = _write(tmp_path, data)
+    with pytest.raises(kdtr.KdtrError) as info:
+        kdtr.load(path, mmap=False)
+    assert type(info.value).__name__ == expected and str(path) in str(info.value)
+
+
+def test_mmap_false_survives_truncation_after_load(tmp_path):
+    """Item 9 of issue 8: with mmap=False the arrays do not depend on the file any more."""
+    tensors = {"big": np.arange(1 << 18, dtype=np.int64), "small": np.arange(5, dtype=np.int32)}
+    path = tmp_path / "t.kdtr"
+    kdtr.save(path, tensors)
+    f = kdtr.load(path, mmap=False)
+    os.truncate(path, 0)
+    path.unlink()
+    for name, want in tensors.items():
+        assert np.array_equal(f.tensors[name], want)
+        assert f.tensors[name].sum() == want.sum()
+
+
+def test_mmap_true_truncation_is_the_documented_sigbus(tmp_path, repo_root):
+    """The hazard documented in load() and docs/kdtr-format.md: touching a mapped page past
+    the new end of a truncated file kills the process with SIGBUS (in a child here)."""
+    path = tmp_path / "t.kdtr"
+    kdtr.save(path, {"big": np.arange(1 << 18, dtype=np.int64)})
+    code = (
+        "import os, kdtr\n"
+        f"f = kdtr.load({str(path)!r}, verify=False)\n"
+        f"os.truncate({str(path)!r}, 0)\n"
+        "print(int(f.tensors['big'].sum()))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(repo_root))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)
+    load_doc = kdtr.load.__doc__ or ""
+    assert "SIGBUS" in load_doc and "mmap=False" in load_doc
+
+
+def test_mmap_false_file_that_shrinks_while_read(tmp_path, monkeypatch):
+    """The size is taken at open; a file that then ends early is Io, not a short parse."""
+    path = _write(tmp_path, M.valid_file_bytes())
+    monkeypatch.setattr(F.os, "fstat", _fstat_claiming(100))
+    with pytest.raises(E.Io) as info:
+        kdtr.load(path, mmap=False)
+    assert "shrank" in str(info.value) and str(info.value).startswith(f"{path}: file: ")
+
+
+def _fstat_claiming(extra: int):
+    real_fstat = os.fstat
+
+    def fstat(fd):
+        st = real_fstat(fd)
+        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid,
+                               st.st_size + extra, int(st.st_atime), int(st.st_mtime), int(st.st_ctime)))
+
+    return fstat
+
+
+@pytest.mark.parametrize("length", [0, 5, 12, 15])
+def test_file_that_shrinks_below_the_preamble_after_fstat(tmp_path, monkeypatch, length):
+    """The mapping's own length is what is parsed: a file cut (here: fstat over-reporting)
+    to fewer bytes than the preamble is Truncated, never a construct or mmap error."""
+    path = _write(tmp_path, M.valid_file_bytes()[:length])
+    monkeypatch.setattr(F.os, "fstat", _fstat_claiming(1000))
+    with pytest.raises(E.Truncated) as info:
+        kdtr.load(path)
+    assert str(path) in str(info.value)
