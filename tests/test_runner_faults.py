@@ -379,3 +379,26 @@ def test_regen_reports_progress_for_every_config(tmp_path, monkeypatch):
     assert seen == [("tree_accept", "chain", 0, 2), ("tree_accept", "wide", 1, 2)]
     assert sorted(goldens.read_manifest(tmp_path / "golden")["files"]) == ["tree_accept/chain.kdtr",
                                                                          "tree_accept/wide.kdtr"]
+
+
+def test_run_reports_an_absurd_golden_as_error_at_once(tmp_path, repo_root):
+    """Item 4 through the runner: the 644-byte golden whose max_budget implies 4.6e18 bytes
+    of visibility is an ERROR naming the field, within seconds, never a TIMEOUT or OOM."""
+    gdir = tmp_path / "golden"
+    (gdir / "tree_build").mkdir(parents=True)
+    tensors = {"input.top_log_probs": np.zeros((1, 1, 1), np.float32),
+               "input.top_token_ids": np.zeros((1, 1, 1), np.int64), "input.root_token_ids": np.zeros(1, np.int64),
+               "input.budget": np.ones(1, np.int32), "input.depth_limit": np.ones(1, np.int32),
+               "expected.node_count": np.ones(1, np.int32)}
+    kdtr.save(gdir / "tree_build" / "absurd.kdtr", tensors,
+              {"op": "tree_build", "config": "absurd", "max_budget": 2**31 - 2, "contract.node_count.kind": "exact"})
+    relist(gdir)
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["run", "--golden-dir", str(gdir), "--bin-dir", str(repo_root / "build" / "bin"),
+                                  "--report-dir", str(tmp_path / "reports"), "--timeout", "30"],
+                           catch_exceptions=False)
+    assert time.monotonic() - t0 < 20
+    assert r.exit_code == 1
+    case = report_cases(tmp_path)["tree_build/absurd@cpu"]
+    assert case["status"] == "ERROR" and "max_budget" in case["reason"] and "exit 2" in case["reason"]
+    assert report_cases(tmp_path)["tree_build/absurd@cuda"]["status"] in ("ERROR", "NOT_SUPPORTED")
