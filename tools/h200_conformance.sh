@@ -32,7 +32,7 @@ if [[ " $STEPS " == *" build "* ]]; then
   make -j8 $targets 2>&1 | tee "$OUT/build.log" || exit 1
 fi
 if [[ " $STEPS " == *" run "* ]]; then
-  python3 -m runners.cli run -j 8 --timeout 300 --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
+  python3 -m runners.cli run -j 8 --timeout 300 --require-backend cuda --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
   cp reports/conformance.md "$OUT/conformance.md"
   cp reports/junit.xml "$OUT/junit.xml"
   python3 tools/error_table.py reports/conformance.json > "$OUT/errors.md"
