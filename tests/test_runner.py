@@ -63,6 +63,12 @@ def env(tmp_path, repo_root):
     return tmp_path, gdir, bdir
 
 
+def golden_copy(path):
+    """A golden's tensors (writable copies) and metadata, the file closed again."""
+    with kdtr.load(path) as g:
+        return {k: np.array(v) for k, v in g.tensors.items()}, dict(g.metadata)
+
+
 def relist(gdir):
     """Make golden/MANIFEST.json list the goldens now in ``gdir`` (after a test edits them)."""
     goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
@@ -127,10 +133,7 @@ def test_flipped_header_byte_is_error(env):
 def test_edited_expected_value_is_mismatch_naming_tensor_request_slot(env):
     tmp_path, gdir, bdir = env
     path = gdir / "tree_accept" / "default.kdtr"
-    g = kdtr.load(path)
-    tensors = {k: np.array(v) for k, v in g.tensors.items()}
-    metadata = dict(g.metadata)
-    del g
+    tensors, metadata = golden_copy(path)
     tensors["expected.accepted_path"][2, 1] = 4242
     kdtr.save(path, tensors, metadata)
     relist(gdir)

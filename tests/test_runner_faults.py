@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_runner import env, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
+from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
 
 import kdtr
 from kdtr import goldens, report, runner
@@ -66,10 +66,7 @@ def test_inspect_escapes_names_and_metadata(tmp_path):
 def test_run_reports_escape_tensor_names_and_binary_stderr(env):  # noqa: F811
     tmp_path, gdir, bdir = env
     path = gdir / "tree_accept" / "default.kdtr"
-    g = kdtr.load(path)
-    tensors = {k: np.array(v) for k, v in g.tensors.items()}
-    meta = dict(g.metadata)
-    del g
+    tensors, meta = golden_copy(path)
     tensors[f"expected.{ESC_NAME}"] = np.zeros(1, np.int32)
     meta[f"contract.{ESC_NAME}.kind"] = "exact"
     kdtr.save(path, tensors, meta)
@@ -184,10 +181,7 @@ def test_run_holds_goldens_against_the_manifest(env, defect):  # noqa: F811
     tmp_path, gdir, bdir = env
     target = gdir / "tree_accept" / "chain.kdtr"
     if defect == "edited":  # a valid golden with another expected value, manifest not updated
-        g = kdtr.load(target)
-        tensors = {k: np.array(v) for k, v in g.tensors.items()}
-        meta = dict(g.metadata)
-        del g
+        tensors, meta = golden_copy(target)
         tensors["expected.proposed"][0, 0] += 1
         kdtr.save(target, tensors, meta)
         words = "sha256 differs"
