@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -45,8 +45,8 @@ def _check_max_ulp(v: Any, where: str) -> int:
     if _is_bool(v) or not isinstance(v, numbers.Integral):
         raise ValueError(f"{where}: expected an integer >= -1 (-1 = no limit), got {type(v).__name__} {v!r}")
     i = int(v)
-    if i < -1:
-        raise ValueError(f"{where}: expected an integer >= -1 (-1 = no limit), got {i}")
+    if not -1 <= i <= (1 << 63) - 1:  # an int64 metadata value
+        raise ValueError(f"{where}: expected an integer in [-1, 2^63 - 1] (-1 = no limit), got {i}")
     return i
 
 
@@ -172,3 +172,18 @@ class Contract:
 
 
 EXACT = Contract("exact")
+
+
+def stray_contract_keys(metadata: Mapping[str, Any], outputs: Iterable[str]) -> list[str]:
+    """Metadata keys ``contract.<name>.<field>`` whose ``<name>`` is none of ``outputs``
+    (or that have no name or field at all): a contract for an output the golden does not
+    hold is a typo that would otherwise leave the real output's contract unchecked."""
+    names = set(outputs)
+    stray = []
+    for key in metadata:
+        if not key.startswith("contract."):
+            continue
+        name, dot, field = key[len("contract.") :].rpartition(".")
+        if not (dot and name and field) or name not in names:
+            stray.append(key)
+    return sorted(stray)

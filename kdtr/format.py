@@ -450,6 +450,20 @@ def _open_regular(p: str) -> int:
     return fd
 
 
+def read_regular_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of a small regular file (a manifest, a known-failures list), opened the way
+    :func:`load` opens a golden: a FIFO, directory, device or socket raises
+    :class:`kdtr.errors.Io` at once instead of blocking or reading forever.
+
+    Raises:
+        kdtr.errors.Io: not a regular file.
+        OSError: the operating system's own failures (no such file, permission denied).
+    """
+    fd = _open_regular(os.fspath(path))
+    with open(fd, "rb", closefd=True) as fh:
+        return fh.read()
+
+
 def _read_all(p: str, fd: int, size: int) -> memoryview:
     """The first ``size`` bytes of ``fd`` as a read-only memoryview over a private copy."""
     buf = bytearray(size)

@@ -241,12 +241,13 @@ def read_manifest(golden_dir: Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no manifest.
+        OSError: not a regular file (:class:`kdtr.errors.Io`, never blocks), unreadable.
         ValueError: not valid JSON or not a kdtr manifest.
     """
     path = golden_dir / MANIFEST_NAME
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        manifest = json.loads(kformat.read_regular_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or "files" not in manifest:
         raise ValueError(f"{path}: not a kdtr manifest of format {MANIFEST_FORMAT}")
@@ -322,7 +323,7 @@ def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
     try:
         manifest = read_manifest(golden_dir)
         listed = manifest["files"]
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # missing, not a regular file, malformed
         report.drifts.append(Drift(MANIFEST_NAME, "manifest", str(exc)))
         listed = {}
     generated = {f"{op}/{cfg}.kdtr": (op, cfg) for op, cfg in all_configs()}

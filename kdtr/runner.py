@@ -37,7 +37,7 @@ from typing import Any
 
 from . import format as kformat
 from .compare import TensorResult, compare
-from .contract import Contract
+from .contract import Contract, stray_contract_keys
 from .errors import KdtrError
 
 BACKENDS = ("cpu", "cuda")
@@ -197,8 +197,13 @@ def check_manifest(
 
 def _split_pattern(pat: str) -> tuple[str, str | None]:
     """``op[/config][@backend]`` -> (``op/config`` glob, backend or None)."""
-    case_pat, at, backend = pat.partition("@")
-    if at and backend not in BACKENDS:
+    at, depth = -1, 0  # the last "@" outside brackets ("[@]" matches a literal @)
+    for i, ch in enumerate(pat):
+        depth = 1 if ch == "[" else 0 if ch == "]" else depth
+        if ch == "@" and not depth:
+            at = i
+    case_pat, backend = (pat[:at], pat[at + 1 :]) if at >= 0 else (pat, "")
+    if at >= 0 and backend not in BACKENDS:
         raise UsageError(f"--only {pat!r}: unknown backend {backend!r} (backends: {', '.join(BACKENDS)})")
     return (case_pat if "/" in case_pat else f"{case_pat}/*"), (backend or None)
 
@@ -260,12 +265,14 @@ def load_known_failures(golden_dir: Path) -> dict[str, str]:
         UsageError: the file is not a JSON object of non-empty strings.
     """
     path = golden_dir / KNOWN_FAILURES
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        data = json.loads(kformat.read_regular_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc})") from exc
+    except OSError as exc:  # kdtr.errors.Io for a FIFO or directory: refused, never blocked on
+        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
     if not isinstance(data, dict) or not all(isinstance(v, str) and v.strip() for v in data.values()):
         raise UsageError(f"{path}: must map 'op/config[@backend]' to a non-empty reason")
     return data
@@ -303,6 +310,9 @@ def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[str, s
     expected_names = [k[len("expected.") :] for k in golden.tensors if k.startswith("expected.")]
     if not expected_names:
         return "ERROR", f"{case.golden}: golden has no expected.* tensors", []
+    stray = stray_contract_keys(golden.metadata, expected_names)
+    if stray:
+        return "ERROR", f"{case.golden}: metadata {stray[0]!r} is a contract for no expected.* output", []
     for name in expected_names:
         try:
             contract = Contract.from_metadata(golden.metadata, name)
@@ -315,12 +325,31 @@ def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[str, s
     return "PASS", "", results
 
 
+def literal_pattern(text: str) -> str:
+    """An ``--only`` pattern matching exactly ``text``: glob characters and ``@`` bracketed
+    (``[*]``), characters that cannot be typed (controls; see :mod:`kdtr.text`) as ``?``."""
+    out = []
+    for ch in text:
+        if ch in "*?[]@":
+            out.append(f"[{ch}]")
+        elif not ch.isprintable():
+            out.append("?")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def rerun_line(case: Case, cfg: RunConfig) -> str:
+    """The shell command that reruns ``case`` alone, with the options it needs."""
+    pattern = f"{literal_pattern(case.op)}/{literal_pattern(case.config)}"
+    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *cfg.rerun_args])
+
+
 def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     """Run one case and return its result; never raises for the case's own failures."""
     t0 = time.monotonic()
     res = CaseResult(case, "ERROR")
-    res.rerun = shlex.join(["kdtr", "run", "--only", f"{case.op}/{case.config}", "--backend", case.backend,
-                            *cfg.rerun_args])
+    res.rerun = rerun_line(case, cfg)
     res.status, res.reason = _run_case(case, cfg, res)
     res.seconds = time.monotonic() - t0
     waiver = cfg.known_failures.get(f"{case.op}/{case.config}@{case.backend}") or cfg.known_failures.get(
@@ -496,7 +525,7 @@ def run_all(
             try:
                 r = fut.result()
             except Exception as exc:  # a harness bug must not stop the run
-                r = CaseResult(c, "ERROR", f"harness error: {type(exc).__name__}: {exc}")
+                r = CaseResult(c, "ERROR", f"harness error: {type(exc).__name__}: {exc}", rerun=rerun_line(c, cfg))
             results[c] = r
             if on_done:
                 on_done(r)
@@ -533,9 +562,12 @@ class ReportDirLock:
         path = self.report_dir / REPORT_LOCK
         try:
             self.report_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
         except OSError as exc:
             raise UsageError(f"report directory {self.report_dir}: not writable ({exc.strerror or exc})") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{path}: not a regular file (remove it)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -547,8 +579,12 @@ class ReportDirLock:
                 f"report directory {self.report_dir} is in use by another kdtr run (pid {holder}); "
                 "wait for it or give this run its own --report-dir"
             ) from exc
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from exc
         if not os.access(self.report_dir, os.W_OK):
             os.close(fd)
             raise UsageError(f"report directory {self.report_dir}: not writable")

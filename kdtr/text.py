@@ -37,13 +37,19 @@ def printable_lines(text: Any) -> str:
     return "\n".join(printable(line) for line in str(text).split("\n"))
 
 
-def printable_tree(value: Any) -> Any:
+MULTILINE_KEYS = frozenset({"stderr"})
+
+
+def printable_tree(value: Any, _multiline: bool = False) -> Any:
     """A copy of a JSON-like value (dicts, lists, strings, numbers) with every string,
-    keys included, passed through :func:`printable_lines`."""
+    keys included, passed through :func:`printable` -- one spelling for a name wherever it
+    appears -- except the values of :data:`MULTILINE_KEYS` (a binary's stderr), which keep
+    their line breaks (:func:`printable_lines`)."""
     if isinstance(value, str):
-        return printable_lines(value)
+        return printable_lines(value) if _multiline else printable(value)
     if isinstance(value, dict):
-        return {printable(k) if isinstance(k, str) else k: printable_tree(v) for k, v in value.items()}
+        return {printable(k) if isinstance(k, str) else k: printable_tree(v, k in MULTILINE_KEYS)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [printable_tree(v) for v in value]
+        return [printable_tree(v, _multiline) for v in value]
     return value

@@ -27,7 +27,7 @@ from rich.table import Table
 from kdtr import format as kformat
 from kdtr import goldens, report, runner
 from kdtr.compare import compare
-from kdtr.contract import Contract
+from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
 from kdtr.text import printable
@@ -233,7 +233,7 @@ def regen(check, golden_dir) -> None:
             fail_usage(f"golden directory {gdir} does not exist")
         rep = goldens.check(gdir)
         for d in rep.drifts:
-            console.print(f"[red]DRIFT[/] {escape(str(d))}")
+            console.print(f"[red]DRIFT[/] {escape(printable(d))}")
         if rep.ok:
             console.print(f"[green]no drift[/]: {rep.checked} goldens regenerate byte for byte")
             sys.exit(0)
@@ -246,8 +246,14 @@ def regen(check, golden_dir) -> None:
 
             def on_config(op: str, config: str, i: int, n: int) -> None:
                 progress.update(task, completed=i, description=f"{op}/{config}")
+                if not console.is_terminal:  # a CI log gets one line per configuration
+                    console.print(f"regen [{i + 1}/{n}] {op}/{config}", markup=False)
 
+            runner.install_signal_handlers()  # SIGTERM/SIGHUP: staging removed, old set kept
             manifest = goldens.regenerate(gdir, on_config=on_config)
+    except runner.Terminated as exc:
+        click.echo(f"kdtr: {exc.args[0]}: regen stopped; {gdir} is unchanged", err=True)
+        sys.exit(128 + exc.signum)
     except ValueError as exc:
         fail_usage(str(exc))
         return
@@ -326,6 +332,9 @@ def diff(expected, actual) -> None:
         pairs = [(k[len("expected."):], v) for k, v in e.tensors.items() if k.startswith("expected.")]
     else:
         pairs = list(e.tensors.items())
+    stray = stray_contract_keys(e.metadata, [name for name, _ in pairs])
+    if stray:
+        fail_usage(f"{expected}: metadata {stray[0]!r} is a contract for no compared tensor")
     ok = True
     for name, exp in pairs:
         try:

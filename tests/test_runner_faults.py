@@ -396,3 +396,99 @@ def test_run_reports_an_absurd_golden_as_error_at_once(tmp_path, repo_root):
     case = report_cases(tmp_path)["tree_build/absurd@cpu"]
     assert case["status"] == "ERROR" and "max_budget" in case["reason"] and "exit 2" in case["reason"]
     assert report_cases(tmp_path)["tree_build/absurd@cuda"]["status"] in ("ERROR", "NOT_SUPPORTED")
+
+
+# --- found by a fresh-user pass after the first fixes ----------------------------------
+
+
+def test_regen_check_escapes_file_names(tmp_path, repo_root, monkeypatch):
+    gdir = tmp_path / "golden"
+    (gdir / "tree_accept").mkdir(parents=True)
+    shutil.copy(repo_root / "golden" / "tree_accept" / "chain.kdtr", gdir / "tree_accept" / "bad\x1b[2J\nFORGED.kdtr")
+    monkeypatch.setattr(goldens, "all_configs", lambda ops=None: [("tree_accept", "chain")])
+    r = CliRunner().invoke(main, ["regen", "--check", "--golden-dir", str(gdir)], catch_exceptions=False)
+    assert r.exit_code == 1
+    _no_raw_controls(r.output)
+    assert "bad\\x1b[2J\\x0aFORGED.kdtr: extra" in r.output
+
+
+@pytest.mark.parametrize("name", ["MANIFEST.json", "known_failures.json"])
+def test_fifo_manifest_or_waiver_file_is_refused_not_blocked_on(env, repo_root, name):  # noqa: F811
+    tmp_path, gdir, bdir = env
+    (gdir / name).unlink(missing_ok=True)
+    os.mkfifo(gdir / name)
+    p = _cli(repo_root, "run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir",
+             str(tmp_path / "reports"), "--backend", "cpu", timeout=30)
+    assert p.returncode == 2 and name in p.stderr and "not a regular file" in p.stderr
+    if name == "MANIFEST.json":
+        with pytest.raises(OSError, match="not a regular file"):
+            goldens.read_manifest(gdir)
+
+
+def test_a_non_regular_lock_file_is_a_usage_error(env):  # noqa: F811
+    tmp_path, gdir, bdir = env
+    (tmp_path / "reports").mkdir()
+    os.mkfifo(tmp_path / "reports" / runner.REPORT_LOCK)
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu")
+    assert r.exit_code == 2 and "not a regular file" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_rerun_pattern_selects_exactly_its_own_case():
+    names = ["a[1] b$(id)", "a1 b$(id)", "x*y", "xzy", "q?", "qq", "at@cpu", "e\x1bq"]
+    goldens_ = [("tree_accept", n, Path(f"/g/{i}.kdtr")) for i, n in enumerate(names)]
+    cases = runner.plan(goldens_, ["cpu"])
+    cfg = runner.RunConfig(Path("g"), Path("b"), Path("o"))
+    for case in cases:
+        line = runner.rerun_line(case, cfg)
+        pattern = line.split("--only ")[1].split(" --backend")[0].strip("'")
+        chosen = runner.select_cases(cases, [pattern])
+        assert chosen == [case], (case.config, pattern, [c.config for c in chosen])
+
+
+def test_harness_error_still_has_a_rerun_line(env, monkeypatch):  # noqa: F811
+    tmp_path, gdir, bdir = env
+
+    def boom(case, cfg):
+        raise RuntimeError("harness bug")
+
+    monkeypatch.setattr(runner, "run_case", boom)
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
+    case = report_cases(tmp_path)["tree_accept/chain@cpu"]
+    assert r.exit_code == 1 and case["status"] == "ERROR" and "harness bug" in case["reason"]
+    assert case["rerun"].startswith("kdtr run --only tree_accept/chain --backend cpu")
+
+
+def test_a_contract_for_no_output_is_an_error(env, repo_root):  # noqa: F811
+    tmp_path, gdir, bdir = env
+    path = gdir / "tree_accept" / "chain.kdtr"
+    tensors, meta = golden_copy(path)
+    meta["contract.proposd.kind"] = "exact"  # a typo of "proposed"
+    kdtr.save(path, tensors, meta)
+    relist(gdir)
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
+    case = report_cases(tmp_path)["tree_accept/chain@cpu"]
+    assert r.exit_code == 1 and case["status"] == "ERROR" and "contract.proposd.kind" in case["reason"]
+    r = CliRunner().invoke(main, ["diff", str(path), str(path)])
+    assert r.exit_code == 2 and "contract.proposd.kind" in r.output
+
+
+def test_json_report_spells_a_name_one_way(env):  # noqa: F811
+    tmp_path, gdir, bdir = env
+    odd = gdir / "tree_accept" / "n\nl.kdtr"
+    shutil.copy(gdir / "tree_accept" / "chain.kdtr", odd)
+    relist(gdir)
+    invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/n?l")
+    cases = json.loads((tmp_path / "reports" / "conformance.json").read_text())["cases"]
+    assert [c["config"] for c in cases] == ["n\\x0al"] and cases[0]["id"] == "tree_accept/n\\x0al@cpu"
+
+
+def test_cpp_tools_escape_what_python_escapes(tmp_path, kdtr_check):
+    name, key, value = "a\u009b2Jb\u0085c\u202ez\u2028", "k\u009b31m\u200f", "v\u009b2J\u202e\u2028\x1b é"
+    path = tmp_path / "c1.kdtr"
+    kdtr.save(path, {name: np.zeros(1, np.int8)}, {key: value})
+    r = subprocess.run([str(kdtr_check), str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    tensor_line, meta_line = r.stdout.splitlines()
+    assert tensor_line == f"tensor {printable(name)} i8 [1]"
+    assert meta_line.startswith(f"meta {printable(key)} string ")
+    assert json.loads(meta_line.split(" ", 3)[3]) == value and meta_line.isprintable()

@@ -97,25 +97,84 @@ inline constexpr uint64_t NO_OFFSET = std::numeric_limits<uint64_t>::max();
 // Errors
 // ---------------------------------------------------------------------------------------
 
-// One code per defect.  The format codes (BadMagic .. BadBoolValue) are those of
-// docs/kdtr-format.md section 3; the rest are raised by this library's API.
-// `s` with control characters (NUL and line breaks included, which names in a KDTR file
-// may hold) written as \xNN -- and, with escape_backslash, '\' too, so the result is
-// unambiguous -- for one-line messages and listings.
+namespace detail {
+
+// Code points that are not printable although valid: C1 controls, non-space separators
+// (no-break, line and paragraph separators) and the format characters that reorder or
+// hide text (bidi overrides and isolates, zero-width characters, byte-order mark),
+// plus the non-characters U+FFFE / U+FFFF.  Python's str.isprintable() is false for all
+// of them, so kdtr/text.py escapes them too.
+inline bool unprintable_code_point(uint32_t cp) {
+  static const uint32_t ranges[][2] = {
+      {0x80, 0xA0},     {0xAD, 0xAD},     {0x600, 0x605},   {0x61C, 0x61C},   {0x6DD, 0x6DD},
+      {0x70F, 0x70F},   {0x1680, 0x1680}, {0x180E, 0x180E}, {0x2000, 0x200F}, {0x2028, 0x202F},
+      {0x205F, 0x206F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB},
+      {0xFFFE, 0xFFFF}};
+  for (const auto& r : ranges)
+    if (cp >= r[0] && cp <= r[1]) return true;
+  return false;
+}
+
+// Length of the well-formed UTF-8 sequence at s[i] and its code point; 0 if ill-formed
+// (overlong, surrogate, beyond U+10FFFF, truncated).
+inline size_t utf8_sequence(const std::string& s, size_t i, uint32_t* cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+  if (n == 0 || c > 0xF4 || i + n > s.size()) return 0;
+  uint32_t v = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (b(i + k) & 0x3F);
+  }
+  static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < min_of[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = v;
+  return n;
+}
+
+}  // namespace detail
+
+// `s` on one line, safe for a terminal or a report: control characters (NUL and line
+// breaks included, which names in a KDTR file may hold) written as \xNN, the unprintable
+// code points above as \xNN (below U+0100) or \uNNNN, and every byte that is not part of
+// well-formed UTF-8 (a path in another encoding) as \xNN -- the spelling of kdtr/text.py.
+// With escape_backslash, '\' is written \x5c too, so the result is unambiguous.
 inline std::string escape_control(const std::string& s, bool escape_backslash = false) {
   std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f || (escape_backslash && c == '\\')) {
-      char buf[8];
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f || (escape_backslash && c == '\\')) {
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    const size_t n = detail::utf8_sequence(s, i, &cp);
+    if (n == 0) {  // not UTF-8: the byte itself
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
+      ++i;
+    } else if (detail::unprintable_code_point(cp)) {
+      std::snprintf(buf, sizeof buf, cp < 0x100 ? "\\x%02x" : "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+      i += n;
     } else {
-      out += static_cast<char>(c);
+      out.append(s, i, n);
+      i += n;
     }
   }
   return out;
 }
 
+// One code per defect.  The format codes (BadMagic .. BadBoolValue) are those of
+// docs/kdtr-format.md section 3; the rest are raised by this library's API.
 enum class ErrorCode {
   BadMagic,
   UnsupportedVersion,

@@ -8,8 +8,8 @@
 // file order:
 //   tensor <name> <dtype> [<d0>,<d1>,...]
 //   meta <key> <int|float|string|bool> <value>
-// (strings JSON-quoted, floats %.17g, bools true/false; control characters in names and
-// keys as \xNN).  On a kdtr::Error: exactly one line "<ErrorCodeName>: <what()>" on
+// (strings JSON-quoted, unprintable characters as \uNNNN; floats %.17g, bools true/false;
+// unprintable characters in names and keys as \xNN / \uNNNN, see kdtr::escape_control).  On a kdtr::Error: exactly one line "<ErrorCodeName>: <what()>" on
 // stderr, exit 2.  Usage errors: one line, exit 2.  Anything else: one line, exit 1.
 
 #include <cstdio>
@@ -26,9 +26,20 @@ const char* const kUsage = "usage: kdtr_check [--no-verify] FILE | kdtr_check [-
 
 std::string escape_name(const std::string& s) { return kdtr::escape_control(s, true); }
 
+// A JSON string literal; controls and the unprintable code points of kdtr::escape_control
+// as \uNNNN, so json.loads gives the value back and a terminal sees no escape sequence.
 std::string json_string(const std::string& s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    uint32_t cp = 0;
+    const size_t n = c < 0x80 ? 1 : kdtr::detail::utf8_sequence(s, i, &cp);
+    if (c >= 0x80 && n > 1 && !kdtr::detail::unprintable_code_point(cp)) {
+      out.append(s, i, n);
+      i += n;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -36,14 +47,14 @@ std::string json_string(const std::string& s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        if (c < 0x20 || c == 0x7f || c >= 0x80) {  // c >= 0x80: an unprintable code point
+          std::snprintf(buf, sizeof buf, "\\u%04x", c >= 0x80 && n > 1 ? static_cast<unsigned>(cp) : c);
           out += buf;
         } else {
           out += static_cast<char>(c);
         }
     }
+    i += (c >= 0x80 && n > 1) ? n : 1;
   }
   return out + "\"";
 }
