@@ -21,7 +21,9 @@ only the header and the padding bytes. Only regular files are opened (a FIFO, a 
 a directory is refused with :class:`kdtr.errors.Io`, without blocking).
 Writing validates everything first (the writer refuses whatever a reader would reject,
 with :class:`kdtr.errors.WriteError` naming the destination), then is atomic: a temporary
-file ``.<name>.<random>.tmp`` in the target directory, fsync, rename.
+file ``.<name>.<random>.tmp`` in the target directory, fsync, rename (:func:`atomic_write`,
+which ``golden/MANIFEST.json`` and the reports are written through too;
+:func:`atomic_write_together` publishes several files as one set).
 
 Every defect raises a subclass of :class:`kdtr.errors.KdtrError` that names the file, the
 field and its byte offset. Validation never uses ``assert``.
@@ -37,9 +39,8 @@ import os
 import stat
 import tempfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -814,31 +815,115 @@ def save(
     """
     p = os.fsdecode(os.fspath(path))
     head, placed, data_end = encode(tensors, metadata, p)
-    dest = Path(p)
-    parent = os.path.dirname(p) or "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name[:200]}.", suffix=".tmp", dir=parent)
+    atomic_write(p, _file_chunks(head, placed, data_end))
+
+
+def _file_chunks(head: bytes, placed: list[tuple[int, np.ndarray]], data_end: int) -> Iterator[Any]:
+    """The bytes of a file laid out by :func:`encode`, in order, as buffers: the header,
+    zero padding and each tensor's data (views, not copies)."""
+    yield head
+    pos = len(head)
+    for off, arr in placed:
+        if off > pos:
+            yield b"\0" * (off - pos)
+        if arr.nbytes:
+            yield _raw(arr)
+        pos = off + arr.nbytes if arr.nbytes else max(pos, off)
+    if data_end > pos:
+        yield b"\0" * (data_end - pos)
+
+
+# --- atomic file writes (goldens, the manifest, the reports) ---------------------------
+
+Chunks = bytes | bytearray | memoryview | Iterable[Any]
+
+
+def atomic_write(path: str | os.PathLike, data: Chunks) -> None:
+    """Replace ``path`` with ``data`` atomically: readers see the old file or the new one,
+    never a part of either.
+
+    The one write rule of kdtr (``kdtr.save``, ``golden/MANIFEST.json``, the reports): the
+    bytes go to a temporary file ``.<name>.<random>.tmp`` in ``path``'s directory (the name
+    cut to 200 characters so the temporary name fits NAME_MAX; git ignores ``*.tmp``),
+    created with mode ``0o666 & ~umask`` (as ``open()`` would), fsynced, renamed over
+    ``path``, then the directory is fsynced. An interruption never leaves a partial file
+    under ``path``; an exception removes the temporary file (a process killed mid-write
+    may leave it).
+
+    Args:
+        path: destination; its directory must exist.
+        data: the bytes, or an iterable of bytes-like chunks (bytes, memoryviews,
+            C-contiguous uint8 arrays) written in order; a generator is consumed lazily,
+            and an exception it raises removes the temporary file and propagates.
+
+    Raises:
+        OSError: the file cannot be written or renamed.
+    """
+    atomic_write_together([(path, data)])
+
+
+def atomic_write_together(items: Iterable[tuple[str | os.PathLike, Chunks]]) -> None:
+    """Publish several files together (the three reports of one run).
+
+    Every file is first written to its own temporary file, as :func:`atomic_write` does;
+    only when all are written and fsynced are the old files removed and the new ones
+    renamed into place (a single file is simply renamed over the old one). An
+    interruption leaves either all the old files or a subset of the new ones, never a mix
+    of old and new; an exception removes every temporary file not yet renamed.
+
+    Raises:
+        OSError: a file cannot be written, removed or renamed.
+    """
+    pairs = [(os.fsdecode(os.fspath(path)), data) for path, data in items]
+    temps: list[str] = []
+    try:
+        for path, data in pairs:
+            temps.append(_write_temp(path, data))
+        if len(pairs) > 1:
+            for path, _ in pairs:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        for tmp, (path, _) in zip(temps, pairs):
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in temps:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        raise
+    for parent in dict.fromkeys(os.path.dirname(path) or "." for path, _ in pairs):
+        _fsync_dir(parent)
+
+
+def _write_temp(path: str, data: Chunks) -> str:
+    """``data`` in a new temporary file beside ``path`` (see :func:`atomic_write`), fsynced
+    and closed; its name. On any exception the temporary file is removed."""
+    name = os.path.basename(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name[:200]}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(head)
-            pos = len(head)
-            for off, arr in placed:
-                if off > pos:
-                    fh.write(b"\0" * (off - pos))
-                if arr.nbytes:
-                    fh.write(_raw(arr))
-                pos = off + arr.nbytes if arr.nbytes else max(pos, off)
-            if data_end > pos:
-                fh.write(b"\0" * (data_end - pos))
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                fh.write(data)
+            else:
+                for chunk in data:
+                    fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, p)
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+    return tmp
+
+
+def _fsync_dir(parent: str) -> None:
+    """Make a rename in ``parent`` durable (best effort: some file systems refuse)."""
     try:
         dfd = os.open(parent, os.O_RDONLY)
     except OSError:

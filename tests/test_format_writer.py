@@ -13,6 +13,9 @@ readers reject (docs/kdtr-format.md section 3.1).
     read by the C++ reader (build/bin/kdtr_check).
 (c) Temporary files: a save killed mid-write leaves nothing under the final name and a
     temporary file that git ignores.
+(d) The one atomic-write helper behind kdtr.save, goldens.write_manifest and
+    report.write_all (kdtr.format.atomic_write / atomic_write_together): temporary name,
+    mode, fsync order, publish-together.
 """
 
 from __future__ import annotations
@@ -465,3 +468,160 @@ def test_a_255_byte_file_name_can_be_saved(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [dest.name]
     with kdtr.load(dest) as f:
         assert f.tensors["x"].tolist() == [0, 0]
+
+
+# --- (d) the one atomic-write helper (kdtr.format.atomic_write / atomic_write_together) ---
+#
+# kdtr.save, goldens.write_manifest and report.write_all all write through these: a
+# temporary ``.<name>.<random>.tmp`` beside the destination, mode 0o666 & ~umask, fsync,
+# rename, directory fsync.
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_atomic_write_replaces_the_file_with_an_ordinary_mode(tmp_path):
+    dest = tmp_path / "a.json"
+    dest.write_bytes(b"old")
+    F.atomic_write(dest, b"new bytes\n")
+    assert dest.read_bytes() == b"new bytes\n"
+    assert dest.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_atomic_write_takes_chunks_and_str_paths(tmp_path):
+    dest = str(tmp_path / "c.bin")
+    F.atomic_write(dest, iter([b"ab", memoryview(b"cd"), np.arange(3, dtype=np.uint8), bytearray(b"\xff")]))
+    assert Path(dest).read_bytes() == b"abcd\x00\x01\x02\xff"
+
+
+def test_atomic_write_applies_the_umask(tmp_path):
+    old = os.umask(0o077)
+    try:
+        F.atomic_write(tmp_path / "private", b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o600
+
+
+def test_atomic_write_failing_source_keeps_the_old_file_and_no_temp(tmp_path):
+    dest = tmp_path / "keep.bin"
+    dest.write_bytes(b"old")
+
+    def chunks():
+        yield b"partial"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        F.atomic_write(dest, chunks())
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.bin"] and dest.read_bytes() == b"old"
+
+
+def test_atomic_write_fsyncs_file_then_directory(tmp_path, monkeypatch):
+    kinds = []
+    real = os.fsync
+
+    def spy(fd):
+        kinds.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        real(fd)
+
+    monkeypatch.setattr(F.os, "fsync", spy)
+    F.atomic_write(tmp_path / "s", b"x")
+    assert kinds == ["file", "dir"]
+
+
+def test_killed_atomic_write_leaves_an_ignored_temp_named_after_a_long_name(tmp_path, repo_root):
+    """SIGKILL at the fsync: the destination is untouched and the temporary file left is
+    ``.<first 200 characters of the name>.<random>.tmp`` (fits NAME_MAX; git ignores it)."""
+    name = "m" * 255
+    (tmp_path / name).write_bytes(b"old")
+    code = (
+        "import os, signal, kdtr.format as F\n"
+        "F.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"F.atomic_write({str(tmp_path / name)!r}, b'new')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(repo_root))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert (tmp_path / name).read_bytes() == b"old"
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != name)
+    assert len(left) == 1 and left[0].startswith("." + "m" * 200 + ".") and left[0].endswith(".tmp"), left
+    ignored = subprocess.run(["git", "-C", str(repo_root), "check-ignore", "--no-index", "-q", f"golden/tree_accept/{left[0]}"])
+    assert ignored.returncode == 0
+
+
+def test_atomic_write_together_publishes_all_or_keeps_all_old(tmp_path, monkeypatch):
+    paths = [tmp_path / n for n in ("one", "two", "three")]
+    for p in paths:
+        p.write_bytes(b"old " + p.name.encode())
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def third():
+        yield b"new three, half"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        F.atomic_write_together([(paths[0], b"new one"), (paths[1], b"new two"), (paths[2], third())])
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # old set, no temp files
+
+    F.atomic_write_together([(paths[0], b"new one"), (paths[1], b"new two"), (str(paths[2]), [b"new ", b"three"])])
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        "one": b"new one", "two": b"new two", "three": b"new three"
+    }
+
+
+def test_atomic_write_together_removes_the_old_set_before_renaming(tmp_path, monkeypatch):
+    """Several files: every old one is removed before the first rename, so an interruption
+    between renames leaves a subset of the new set, never a mix of old and new."""
+    paths = [tmp_path / n for n in ("a", "b")]
+    for p in paths:
+        p.write_bytes(b"old")
+    real = os.replace
+    seen = []
+
+    def replace_once(src, dst):
+        seen.append(sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".tmp")))
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(F.os, "replace", replace_once)
+    with pytest.raises(KeyboardInterrupt):
+        F.atomic_write_together([(paths[0], b"new a"), (paths[1], b"new b")])
+    assert seen == [[], ["a"]]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {"a": b"new a"}
+
+
+def test_atomic_write_of_a_single_file_never_removes_the_old_one_first(tmp_path, monkeypatch):
+    dest = tmp_path / "only"
+    dest.write_bytes(b"old")
+    monkeypatch.setattr(F.os, "unlink", lambda *a, **k: pytest.fail("unlinked"))
+    F.atomic_write_together([(dest, b"new")])
+    assert dest.read_bytes() == b"new"
+
+
+def test_manifest_and_reports_are_written_through_the_helper(tmp_path, monkeypatch):
+    """write_manifest and report.write_all go through kdtr.format's helper (one rule for
+    temporary names, modes and fsync)."""
+    from kdtr import goldens, report, runner
+
+    calls = []
+    real = F._write_temp
+
+    def spy(path, data):
+        calls.append(os.path.basename(path))
+        return real(path, data)
+
+    monkeypatch.setattr(F, "_write_temp", spy)
+    goldens.write_manifest(tmp_path, {"files": {}})
+    assert calls == ["MANIFEST.json"]
+    assert (tmp_path / "MANIFEST.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
+    envd = dict(date="d", host="h", platform="p", python="3", numpy="2", run_id="r")
+    case = runner.Case("tree_accept", "a", Path("x"), "cpu")
+    report.write_all(tmp_path / "reports", [runner.CaseResult(case, "PASS")], envd)
+    assert calls[1:] == list(report.REPORT_NAMES)
+    for name in report.REPORT_NAMES:
+        assert (tmp_path / "reports" / name).stat().st_mode & 0o777 == 0o666 & ~_umask()
