@@ -1,14 +1,21 @@
 """Golden generators, one module per op (shared/DESIGN.md section 4).
 
-Each module exposes ``OP`` (the op name), ``GENERATOR_VERSION`` (bump it when synthesis
-changes on purpose), ``CONFIGS`` (name -> config with a ``seed`` and a ``description``)
-and ``generate(name) -> (tensors, metadata)``: ``input.<name>`` and ``expected.<name>``
-tensors plus metadata with the comparison contract of every expected output.
+Each module exposes ``OP`` (the op name, an op of :data:`kdtr.ops.OPS`),
+``GENERATOR_VERSION`` (bump it when synthesis changes on purpose), ``CONFIGS`` (name ->
+config with a ``seed`` and a ``description``) and ``generate(name) -> (tensors, metadata)``:
+``input.<name>`` and ``expected.<name>`` tensors (the expected ones from the op's
+reference) plus metadata with the comparison contract of every expected output.
+
+:data:`REGISTRY` holds every module's configurations, registered against the op specs;
+the ``kdtr`` command (runners/cli.py) passes it to :mod:`kdtr.goldens` and
+:mod:`kdtr.runner`, which never import this package.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+
+from kdtr.registry import Registry
 
 from . import gen_accept_refs, gen_greedy_step_refs, gen_tree_build_refs, gen_verify_attn_refs
 
@@ -18,3 +25,8 @@ GENERATORS: dict[str, ModuleType] = {
     gen_verify_attn_refs.OP: gen_verify_attn_refs,
     gen_greedy_step_refs.OP: gen_greedy_step_refs,
 }
+
+REGISTRY = Registry()
+for _gen in GENERATORS.values():
+    REGISTRY.register(_gen.OP, _gen.CONFIGS, _gen.generate)
+del _gen

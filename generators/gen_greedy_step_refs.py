@@ -1,13 +1,12 @@
 """Goldens for greedy_step: tree_build -> verify_attn -> tree_accept (shared/DESIGN.md 3.4).
 
-The reference chains the three numpy references exactly as a device would: the tree that
-tree_build returns feeds verify_attn (its visibility, tree_len = node_count + 1) and
-tree_accept (node_token_ids, next_token, next_sibling, node_count). target_predict is
-synthesized on that reference tree as in DESIGN 4 (first child mostly, sometimes another
-child, sometimes no child; leaves never match), -1 past node_count; ``invalid_rows`` also
-puts negative tokens where tree_accept must answer NEGATIVE_TOKEN (docs/ops/greedy_step.md).
-Outputs of the three ops are named ``<op>.<output>`` (``tree_build.status`` and
-``tree_accept.status`` would collide).
+The reference is :mod:`kdtr.ops.greedy_step` (the three numpy references chained as a
+device would). This generator synthesizes its inputs: drafter rows as for tree_build,
+attention inputs over the reference tree (one latent KV row per tree slot, poisoned past
+each request's range), and target_predict on that reference tree as in DESIGN 4 (first
+child mostly, sometimes another child, sometimes no child; leaves never match), -1 past
+node_count; ``invalid_rows`` also puts negative tokens where tree_accept must answer
+NEGATIVE_TOKEN (docs/ops/greedy_step.md).
 """
 
 from __future__ import annotations
@@ -18,9 +17,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from kdtr.ops import tree_accept as accept_op
 from kdtr.ops import tree_build as build_op
-from kdtr.ops.verify_attn import verify_attn_f64
+from kdtr.ops.greedy_step import SPEC
 
 from . import gen_tree_build_refs as build_gen
 from . import gen_verify_attn_refs as attn_gen
@@ -65,7 +63,7 @@ CONFIGS: dict[str, Config] = {
 
 
 def _build_inputs(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    lp, ids = build_gen._drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
+    lp, ids = build_gen.drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
     x = {
         "top_log_probs": lp,
         "top_token_ids": ids,
@@ -95,8 +93,8 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     rng = np.random.default_rng(cfg.seed)
     b, t = cfg.batch, cfg.budget + 1
     bx = _build_inputs(cfg, rng)
-    tree = build_op.tree_build(**bx, n_max=cfg.budget, on_invalid="status")
-    tree_len = (tree.node_count + 1).astype(np.int32)
+    tree = build_op.SPEC.reference(bx, {"max_budget": cfg.budget})  # the tree the attention inputs fit
+    tree_len = (tree["node_count"] + 1).astype(np.int32)
 
     # attention inputs over the reference tree: prefix + one latent KV row per tree slot
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
@@ -107,23 +105,19 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     attn_gen.poison(q, kv, None, prefix, tree_len)  # visibility comes from tree_build
     sm_scale = np.array(cfg.sm_scale or cfg.dqk**-0.5, np.float32)
     d_v = np.array(cfg.d_v, np.int32)
-    out, lse = verify_attn_f64(q, kv, prefix, tree_len, tree.visibility, float(sm_scale), int(d_v))
 
     # target predictions on the reference tree (DESIGN 4)
     target = np.full((b, t), -1, np.int64)
     for r in range(b):
-        tr = Tree(int(tree.node_count[r]), tree.parents[r], tree.node_depths[r], tree.node_token_ids[r],
-                  tree.next_token[r], tree.next_sibling[r])
+        tr = Tree(int(tree["node_count"][r]), tree["parents"][r], tree["node_depths"][r], tree["node_token_ids"][r],
+                  tree["next_token"][r], tree["next_sibling"][r])
         target[r] = synth_target_predict(rng, tr, VOCAB)
     if cfg.kind == "invalid":
-        target[0, 0] = tree.node_token_ids[0, tree.next_token[0, 0]]  # the valid row 0 accepts >= 1 node
-        target[5, tree.node_count[5]] = -1  # a negative target token in a live slot: NEGATIVE_TOKEN
-    acc = accept_op.tree_accept(tree.node_token_ids, tree.next_token, tree.next_sibling, tree.node_count, target)
+        target[0, 0] = tree["node_token_ids"][0, tree["next_token"][0, 0]]  # the valid row 0 accepts >= 1 node
+        target[5, tree["node_count"][5]] = -1  # a negative target token in a live slot: NEGATIVE_TOKEN
 
     inputs = dict(bx, q=q, kv_cache=kv, prefix_len=prefix, sm_scale=sm_scale, d_v=d_v, target_predict=target)
-    expected = {f"tree_build.{k}": v for k, v in tree.as_dict().items()}
-    expected.update({"verify_attn.out": out.astype(np.float32), "verify_attn.lse": lse.astype(np.float32)})
-    expected.update({f"tree_accept.{k}": v for k, v in acc.as_dict().items()})
+    expected = SPEC.reference(inputs, {"max_budget": cfg.budget})
     attn_x = {"q": q, "kv_cache": kv, "prefix_len": prefix, "tree_len": tree_len, "sm_scale": sm_scale, "d_v": d_v}
     contracts = {f"verify_attn.{k}": c for k, c in attn_gen.tolerances(attn_x).items()}
     return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected, contracts, max_budget=cfg.budget,

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kdtr.ops.tree_build import OUTPUTS, tree_build
+from kdtr.ops.tree_build import SPEC
 from .golden import package
 
 OP = "tree_build"
@@ -58,7 +58,7 @@ CONFIGS: dict[str, Config] = {
 }
 
 
-def _drafter_rows(rng: np.random.Generator, b: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def drafter_rows(rng: np.random.Generator, b: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted f32 top-k log-probs and distinct token ids, [b, d, k] each."""
     width = max(64, 2 * k)
     alpha = rng.uniform(0.03, 1.0, size=(b, d, 1))
@@ -73,7 +73,7 @@ def _drafter_rows(rng: np.random.Generator, b: int, d: int, k: int) -> tuple[np.
 
 
 def _base(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    lp, ids = _drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
+    lp, ids = drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
     return {
         "top_log_probs": lp,
         "top_token_ids": ids,
@@ -168,5 +168,5 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     cfg = CONFIGS[name]
     rng = np.random.default_rng(cfg.seed)
     inputs = _SYNTH[cfg.kind](cfg, rng)
-    expected = tree_build(**inputs, n_max=cfg.budget, on_invalid="status").as_dict()
+    expected = SPEC.reference(inputs, {"max_budget": cfg.budget})
     return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected, max_budget=cfg.budget)

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from kdtr.contract import EXACT, Contract
+from kdtr.contract import Contract
+from kdtr.ops import OPS
 
 
 def package(
@@ -24,8 +25,13 @@ def package(
 
     Metadata: op, config, seed, generator_version, description (from ``cfg``), the
     ``extra`` keys, and one contract per expected output (``contracts[name]``, default
-    exact).
+    the op spec's contract of that output, :data:`kdtr.ops.OPS`).
+
+    Raises:
+        ValueError: the tensors do not meet the op's spec (names, dtypes, named dims).
     """
+    spec = OPS[op]
+    defaults = spec.default_contracts()
     tensors = {f"input.{k}": v for k, v in inputs.items()}
     tensors.update({f"expected.{k}": v for k, v in expected.items()})
     metadata: dict[str, Any] = {
@@ -36,6 +42,7 @@ def package(
         "description": cfg.description,
         **extra,
     }
+    spec.check(tensors)
     for out in expected:
-        metadata.update((contracts or {}).get(out, EXACT).to_metadata(out))
+        metadata.update((contracts or {}).get(out, defaults[out]).to_metadata(out))
     return tensors, metadata

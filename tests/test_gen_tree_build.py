@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import kdtr
+from generators import REGISTRY
 from generators import gen_tree_build_refs as gen
 from kdtr import goldens
 from kdtr.ops.tree_build import STATUS_NAMES
@@ -83,11 +84,11 @@ def test_second_tier_is_generated_on_demand_and_hash_checked(repo_root, tmp_path
     gdir = tmp_path / "golden"
     gdir.mkdir()
     shutil.copy(repo_root / "golden" / "MANIFEST.json", gdir / "MANIFEST.json")
-    path = goldens.ensure_cached(gdir, "tree_build", "large_batch_n1024")
+    path = goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")
     assert path.parent == gdir / ".cache" / "tree_build"
     assert goldens.sha256_of(path) == goldens.read_manifest(gdir)["files"]["tree_build/large_batch_n1024.kdtr"]["sha256"]
     path.write_bytes(b"stale")  # a stale cache entry is regenerated
-    assert kdtr.load(goldens.ensure_cached(gdir, "tree_build", "large_batch_n1024")).metadata["config"] == (
+    assert kdtr.load(goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")).metadata["config"] == (
         "large_batch_n1024")
     import dataclasses
 
@@ -95,4 +96,4 @@ def test_second_tier_is_generated_on_demand_and_hash_checked(repo_root, tmp_path
     monkeypatch.setitem(gen.CONFIGS, "large_batch_n1024", dataclasses.replace(cfg, seed=cfg.seed + 1))
     path.unlink()
     with pytest.raises(ValueError, match="does not match its manifest"):
-        goldens.ensure_cached(gdir, "tree_build", "large_batch_n1024")
+        goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import generators
 from generators import gen_accept_refs
 from kdtr import goldens
+from kdtr.ops import tree_accept as accept_op
 from runners.cli import main
 
 
@@ -56,14 +58,14 @@ def test_check_fails_naming_the_file_after_a_synthesis_change(gdir, monkeypatch)
 
 
 def test_check_fails_after_a_reference_change(gdir, monkeypatch):
-    real = gen_accept_refs.tree_accept
+    real = accept_op.tree_accept
 
-    def off_by_one(**kw):
-        res = real(**kw)
+    def off_by_one(*args, **kw):
+        res = real(*args, **kw)
         res.accepted_count = res.accepted_count + np.int32(1)
         return res
 
-    monkeypatch.setattr(gen_accept_refs, "tree_accept", off_by_one)
+    monkeypatch.setattr(accept_op, "tree_accept", off_by_one)  # what the op's reference calls
     r = check(gdir)
     assert r.exit_code == 1 and "expected.accepted_count" in r.output
 
@@ -94,13 +96,14 @@ def test_regen_writes_identical_bytes(tmp_path, gdir):
 
 
 def test_check_detects_a_metadata_reorder(gdir, monkeypatch):
-    real = gen_accept_refs.generate
+    entry = generators.REGISTRY.entry("tree_accept")
+    real = entry.generate
 
     def reordered(name):
         tensors, metadata = real(name)
         return tensors, dict(reversed(list(metadata.items())))
 
-    monkeypatch.setattr(gen_accept_refs, "generate", reordered)
+    monkeypatch.setattr(entry, "generate", reordered)
     r = check(gdir)
     assert r.exit_code == 1 and "tree_accept/chain.kdtr: bytes" in r.output
 

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
 
+import generators
 import kdtr
 from kdtr import goldens, report, runner
 from kdtr.text import printable
@@ -160,7 +161,7 @@ def test_interrupted_regen_leaves_the_old_set_whole(tmp_path, repo_root):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        goldens.regenerate(gdir, on_config=stop)
+        goldens.regenerate(gdir, generators.REGISTRY, on_config=stop)
     after = {p.relative_to(gdir): p.read_bytes() for p in gdir.rglob("*") if p.is_file()}
     assert after == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["golden"]  # no staging left
@@ -366,10 +367,9 @@ def test_inspect_shows_all_nan_and_u64_max_exactly(tmp_path):
 
 
 def test_regen_reports_progress_for_every_config(tmp_path, monkeypatch):
-    few = [("tree_accept", "chain"), ("tree_accept", "wide")]
-    monkeypatch.setattr(goldens, "all_configs", lambda ops=None: few)
+    few = generators.REGISTRY.subset("tree_accept/chain", "tree_accept/wide")
     seen = []
-    goldens.regenerate(tmp_path / "golden", on_config=lambda op, c, i, n: seen.append((op, c, i, n)))
+    goldens.regenerate(tmp_path / "golden", few, on_config=lambda op, c, i, n: seen.append((op, c, i, n)))
     assert seen == [("tree_accept", "chain", 0, 2), ("tree_accept", "wide", 1, 2)]
     assert sorted(goldens.read_manifest(tmp_path / "golden")["files"]) == ["tree_accept/chain.kdtr",
                                                                          "tree_accept/wide.kdtr"]
@@ -405,7 +405,7 @@ def test_regen_check_escapes_file_names(tmp_path, repo_root, monkeypatch):
     gdir = tmp_path / "golden"
     (gdir / "tree_accept").mkdir(parents=True)
     shutil.copy(repo_root / "golden" / "tree_accept" / "chain.kdtr", gdir / "tree_accept" / "bad\x1b[2J\nFORGED.kdtr")
-    monkeypatch.setattr(goldens, "all_configs", lambda ops=None: [("tree_accept", "chain")])
+    monkeypatch.setattr(generators, "REGISTRY", generators.REGISTRY.subset("tree_accept/chain"))
     r = CliRunner().invoke(main, ["regen", "--check", "--golden-dir", str(gdir)], catch_exceptions=False)
     assert r.exit_code == 1
     _no_raw_controls(r.output)

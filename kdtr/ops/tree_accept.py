@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..limits import check_output_bytes, tree_accept_output_bytes
+from . import OpSpec, TensorSpec, exact, register_op
 
 STATUS_OK = 0
 STATUS_BAD_NODE_COUNT = 1
@@ -29,6 +30,8 @@ STATUS_BAD_INDEX = 2
 STATUS_CYCLE = 3
 STATUS_NEGATIVE_TOKEN = 4
 STATUS_NAMES = {0: "OK", 1: "BAD_NODE_COUNT", 2: "BAD_INDEX", 3: "CYCLE", 4: "NEGATIVE_TOKEN"}
+
+OUTPUTS = ("accepted_count", "accepted_path", "proposed", "status")
 
 
 @dataclass
@@ -45,12 +48,7 @@ class AcceptResult:
     status: np.ndarray
 
     def as_dict(self) -> dict[str, np.ndarray]:
-        return {
-            "accepted_count": self.accepted_count,
-            "accepted_path": self.accepted_path,
-            "proposed": self.proposed,
-            "status": self.status,
-        }
+        return {name: getattr(self, name) for name in OUTPUTS}
 
 
 def accept_request(
@@ -164,3 +162,29 @@ def tree_accept(
         proposed[r, : len(toks)] = toks
         status[r] = st
     return AcceptResult(count, path, proposed, status)
+
+
+def reference(inputs, metadata) -> dict[str, np.ndarray]:
+    """The op registry's reference: :func:`tree_accept` (reads no metadata)."""
+    return tree_accept(**inputs).as_dict()
+
+
+SPEC = register_op(OpSpec(
+    name="tree_accept",
+    description="greedy walk of the verified draft tree (docs/ops/tree_accept.md)",
+    inputs=(
+        TensorSpec("node_token_ids", "i64", ("B", "T")),
+        TensorSpec("next_token", "i32", ("B", "T")),
+        TensorSpec("next_sibling", "i32", ("B", "T")),
+        TensorSpec("node_count", "i32", ("B",)),
+        TensorSpec("target_predict", "i64", ("B", "T")),
+    ),
+    outputs=(
+        exact("accepted_count", "i32", ("B",)),
+        exact("accepted_path", "i32", ("B", "T")),
+        exact("proposed", "i64", ("B", "T")),
+        exact("status", "i32", ("B",)),
+    ),
+    reference=reference,
+))
+assert SPEC.output_names == OUTPUTS

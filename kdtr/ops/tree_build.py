@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..limits import check_output_bytes, tree_build_output_bytes
+from . import OpSpec, TensorSpec, exact, register_op
 
 STATUS_OK = 0
 STATUS_BAD_BUDGET = 1
@@ -205,3 +206,35 @@ def tree_build(
             vis[r, s, : n + 1] = vis[r, p, : n + 1]
             vis[r, s, s] = 1
     return TreeBuildResult(count, tok, dep, par, first, sib, vis, status)
+
+
+def reference(inputs, metadata) -> dict[str, np.ndarray]:
+    """The op registry's reference: :func:`tree_build` with ``n_max`` = metadata
+    ``max_budget`` and invalid requests reported by status (as the kernels do)."""
+    return tree_build(**inputs, n_max=int(metadata["max_budget"]), on_invalid="status").as_dict()
+
+
+SPEC = register_op(OpSpec(
+    name="tree_build",
+    description="best-first draft tree (docs/ops/tree_build.md)",
+    inputs=(
+        TensorSpec("top_log_probs", "f32", ("B", "D", "K")),
+        TensorSpec("top_token_ids", "i64", ("B", "D", "K")),
+        TensorSpec("root_token_ids", "i64", ("B",)),
+        TensorSpec("budget", "i32", ("B",)),
+        TensorSpec("depth_limit", "i32", ("B",)),
+    ),
+    outputs=(
+        exact("node_count", "i32", ("B",)),
+        exact("node_token_ids", "i64", ("B", "T")),
+        exact("node_depths", "i32", ("B", "T")),
+        exact("parents", "i32", ("B", "T")),
+        exact("next_token", "i32", ("B", "T")),
+        exact("next_sibling", "i32", ("B", "T")),
+        exact("visibility", "u8", ("B", "T", "T")),
+        exact("status", "i32", ("B",)),
+    ),
+    reference=reference,
+    metadata=("max_budget",),  # N: T = N + 1 output slots
+))
+assert SPEC.output_names == OUTPUTS

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..contract import Contract
 from ..limits import check_output_bytes, check_scratch_bytes, verify_attn_output_bytes
+from . import OpSpec, TensorSpec, register_op
 
 
 @dataclass
@@ -173,3 +175,30 @@ def sm_scale_mla(qk_head_dim: int = 192, yarn_factor: float = 64.0) -> float:
     """DeepSeek/Kimi MLA softmax scale: qk_head_dim^-0.5 * mscale^2, mscale = 0.1 ln(factor) + 1."""
     mscale = 0.1 * np.log(yarn_factor) + 1.0 if yarn_factor > 1 else 1.0
     return float(qk_head_dim**-0.5 * mscale * mscale)
+
+
+def reference(inputs, metadata) -> dict[str, np.ndarray]:
+    """The op registry's reference: :func:`verify_attn` (reads no metadata)."""
+    return verify_attn(**inputs).as_dict()
+
+
+SPEC = register_op(OpSpec(
+    name="verify_attn",
+    description="MLA-absorb attention over prefix + draft tree (docs/ops/verify_attn.md)",
+    inputs=(
+        TensorSpec("q", "f32|bf16", ("B", "T", "H", "Dqk")),
+        TensorSpec("kv_cache", "f32|bf16", ("B", "S", "Dqk")),
+        TensorSpec("prefix_len", "i32", ("B",)),
+        TensorSpec("tree_len", "i32", ("B",)),
+        TensorSpec("visibility", "u8", ("B", "T", "T")),
+        TensorSpec("sm_scale", "f32", ()),
+        TensorSpec("d_v", "i32", ()),
+    ),
+    # The fp32 floor; each golden carries its own tolerances, computed from its data
+    # (generators/gen_verify_attn_refs.tolerances, docs/ops/verify_attn.md "Tolerances").
+    outputs=(
+        TensorSpec("out", "f32", ("B", "T", "H", "Dv"), Contract("allclose", atol=1e-5, rtol=0.0)),
+        TensorSpec("lse", "f32", ("B", "T", "H"), Contract("allclose", atol=1e-5, rtol=0.0)),
+    ),
+    reference=reference,
+))
