@@ -731,11 +731,48 @@ class File {
     throw Error(code, path_, field, offset, detail);
   }
 
+  // The reader, in the steps of kdtr/format.py's (docs/kdtr-format.md section 3): the
+  // preamble, the header CRC, the counts, each tensor entry, each metadata entry, the
+  // extension, the data region, then (verify) each tensor's checksum.  Each step throws
+  // the first defect it meets, so the checks run in file order, as in Python.
+
+  // Data ranges of the tensors with nbytes > 0 seen so far: start -> (end, tensor index);
+  // disjoint (the overlap rule), ordered by start.
+  using Ranges = std::map<uint64_t, std::pair<uint64_t, size_t>>;
+
+  // Where a tensor's crc32 field is, and the value stored there (checked by verify_tensor).
+  struct StoredCrc {
+    uint64_t at = 0;
+    uint32_t value = 0;
+  };
+
   void parse(bool verify) {
+    const uint64_t data_start = parse_preamble();
+    const uint64_t body_end = data_start - 4;
+    check_header_crc(body_end);
+
+    Cursor cur(storage_->data, PREAMBLE_LEN, body_end, path_);
+    uint64_t tensor_count = 0, metadata_count = 0;
+    parse_counts(cur, &tensor_count, &metadata_count);
+
+    tensors_.reserve(tensor_count);
+    std::vector<StoredCrc> crcs(tensor_count);
+    Ranges ranges;
+    for (uint64_t i = 0; i < tensor_count; ++i) crcs[i] = parse_tensor(cur, i, data_start, ranges);
+    for (uint64_t j = 0; j < metadata_count; ++j) parse_metadata(cur, j);
+    check_extension(cur, body_end);
+
+    check_data_region(data_start, ranges);
+    if (verify)
+      for (size_t i = 0; i < tensors_.size(); ++i) verify_tensor(i, crcs[i]);
+  }
+
+  // The preamble, field by field (a file shorter than 16 bytes is Truncated in the field
+  // it ends inside, after the complete fields before it are checked); returns where the
+  // header ends and the data region starts (16 + header_len).
+  uint64_t parse_preamble() {
     const uint8_t* d = storage_->data;
     const uint64_t size = storage_->size;
-
-    // --- preamble, field by field -------------------------------------------------------
     if (size < 8) fail(ErrorCode::Truncated, "magic", 0, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
     if (std::memcmp(d, MAGIC, 8) != 0) fail(ErrorCode::BadMagic, "magic", 0, "not a KDTR file (expected bytes 89 4B 44 54 52 0D 0A 1A)");
     if (size < 10) fail(ErrorCode::Truncated, "version_major", 8, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
@@ -757,183 +794,198 @@ class File {
            "header ends at offset " + std::to_string(PREAMBLE_LEN + hl) + " but the file has " +
                std::to_string(size) + " bytes");
     header_len_ = static_cast<uint32_t>(hl);
-    const uint64_t data_start = PREAMBLE_LEN + hl;
-    const uint64_t body_end = data_start - 4;
+    return PREAMBLE_LEN + hl;
+  }
 
-    // --- header CRC, before any other header field is interpreted -----------------------
-    {
-      const uint32_t stored = static_cast<uint32_t>(detail::load_le(d + body_end, 4));
-      const uint32_t actual = detail::crc32_bytes(d, body_end);
-      if (stored != actual)
-        fail(ErrorCode::HeaderChecksumMismatch, "header_crc32", body_end,
-             "stored " + detail::hex32(stored) + ", computed " + detail::hex32(actual));
-    }
+  // The header CRC (its last 4 bytes, at body_end), before any other header field is
+  // interpreted.
+  void check_header_crc(uint64_t body_end) const {
+    const uint8_t* d = storage_->data;
+    const uint32_t stored = static_cast<uint32_t>(detail::load_le(d + body_end, 4));
+    const uint32_t actual = detail::crc32_bytes(d, body_end);
+    if (stored != actual)
+      fail(ErrorCode::HeaderChecksumMismatch, "header_crc32", body_end,
+           "stored " + detail::hex32(stored) + ", computed " + detail::hex32(actual));
+  }
 
-    // --- header fields in file order ----------------------------------------------------
-    Cursor cur(d, PREAMBLE_LEN, body_end, path_);
+  void parse_counts(Cursor& cur, uint64_t* tensor_count, uint64_t* metadata_count) const {
     const uint64_t at_tc = cur.pos();
-    const uint64_t tensor_count = cur.uint(4, [] { return std::string("tensor_count"); });
-    if (tensor_count > MAX_TENSORS)
+    *tensor_count = cur.uint(4, [] { return std::string("tensor_count"); });
+    if (*tensor_count > MAX_TENSORS)
       fail(ErrorCode::TooManyTensors, "tensor_count", at_tc,
-           std::to_string(tensor_count) + " exceeds MAX_TENSORS (4096)");
+           std::to_string(*tensor_count) + " exceeds MAX_TENSORS (4096)");
     const uint64_t at_mc = cur.pos();
-    const uint64_t metadata_count = cur.uint(4, [] { return std::string("metadata_count"); });
-    if (metadata_count > MAX_METADATA)
+    *metadata_count = cur.uint(4, [] { return std::string("metadata_count"); });
+    if (*metadata_count > MAX_METADATA)
       fail(ErrorCode::TooManyMetadata, "metadata_count", at_mc,
-           std::to_string(metadata_count) + " exceeds MAX_METADATA (4096)");
+           std::to_string(*metadata_count) + " exceeds MAX_METADATA (4096)");
+  }
 
-    tensors_.reserve(tensor_count);
-    std::vector<uint64_t> crc_at(tensor_count), stored_crc(tensor_count);
-    std::map<uint64_t, std::pair<uint64_t, size_t>> ranges;  // start -> (end, tensor) for nbytes > 0
+  // Tensor entry i, every field checked in file order (docs/kdtr-format.md section 3);
+  // appends it to tensors_ and index_, its data range to `ranges`, and returns its
+  // stored CRC for verify_tensor.
+  StoredCrc parse_tensor(Cursor& cur, uint64_t i, uint64_t data_start, Ranges& ranges) {
+    const uint8_t* d = storage_->data;
+    const uint64_t size = storage_->size;
+    const std::string ti = "tensors[" + std::to_string(i) + "]";
+    auto F = [&ti](const char* member) { return [&ti, member] { return ti + "." + member; }; };
 
-    for (uint64_t i = 0; i < tensor_count; ++i) {
-      const std::string ti = "tensors[" + std::to_string(i) + "]";
-      auto F = [&ti](const char* member) { return [&ti, member] { return ti + "." + member; }; };
+    const uint64_t at_nl = cur.pos();
+    const uint64_t name_len = cur.uint(2, F("name_len"));
+    if (name_len == 0 || name_len > MAX_NAME_LEN)
+      fail(ErrorCode::BadName, ti + ".name_len", at_nl,
+           "name length " + std::to_string(name_len) + " is outside [1, 255]");
+    const uint64_t at_name = cur.take(name_len, F("name"));
+    if (!detail::valid_utf8(d + at_name, name_len))
+      fail(ErrorCode::BadName, ti + ".name", at_name, "name is not valid UTF-8");
+    TensorView t;
+    t.name.assign(reinterpret_cast<const char*>(d + at_name), name_len);
+    t.file = path_;
+    if (index_.count(t.name))
+      fail(ErrorCode::DuplicateName, ti + ".name", at_name,
+           "tensor name " + detail::quoted(t.name) + " already used by tensors[" +
+               std::to_string(index_[t.name]) + "]");
+    const std::string who = " (tensor " + detail::quoted(t.name) + ")";
 
-      const uint64_t at_nl = cur.pos();
-      const uint64_t name_len = cur.uint(2, F("name_len"));
-      if (name_len == 0 || name_len > MAX_NAME_LEN)
-        fail(ErrorCode::BadName, ti + ".name_len", at_nl,
-             "name length " + std::to_string(name_len) + " is outside [1, 255]");
-      const uint64_t at_name = cur.take(name_len, F("name"));
-      if (!detail::valid_utf8(d + at_name, name_len))
-        fail(ErrorCode::BadName, ti + ".name", at_name, "name is not valid UTF-8");
-      TensorView t;
-      t.name.assign(reinterpret_cast<const char*>(d + at_name), name_len);
-      t.file = path_;
-      if (index_.count(t.name))
-        fail(ErrorCode::DuplicateName, ti + ".name", at_name,
-             "tensor name " + detail::quoted(t.name) + " already used by tensors[" +
-                 std::to_string(index_[t.name]) + "]");
-      const std::string who = " (tensor " + detail::quoted(t.name) + ")";
+    const uint64_t at_dt = cur.pos();
+    const uint64_t code = cur.uint(1, F("dtype"));
+    if (!is_valid_dtype_code(static_cast<uint8_t>(code)))
+      fail(ErrorCode::UnknownDtype, ti + ".dtype", at_dt, "dtype code " + std::to_string(code) + " is unknown" + who);
+    t.dtype = static_cast<DType>(code);
 
-      const uint64_t at_dt = cur.pos();
-      const uint64_t code = cur.uint(1, F("dtype"));
-      if (!is_valid_dtype_code(static_cast<uint8_t>(code)))
-        fail(ErrorCode::UnknownDtype, ti + ".dtype", at_dt, "dtype code " + std::to_string(code) + " is unknown" + who);
-      t.dtype = static_cast<DType>(code);
+    const uint64_t at_nd = cur.pos();
+    const uint64_t ndim = cur.uint(1, F("ndim"));
+    if (ndim > MAX_NDIM)
+      fail(ErrorCode::TooManyDims, ti + ".ndim", at_nd, "ndim " + std::to_string(ndim) + " exceeds MAX_NDIM (8)" + who);
 
-      const uint64_t at_nd = cur.pos();
-      const uint64_t ndim = cur.uint(1, F("ndim"));
-      if (ndim > MAX_NDIM)
-        fail(ErrorCode::TooManyDims, ti + ".ndim", at_nd, "ndim " + std::to_string(ndim) + " exceeds MAX_NDIM (8)" + who);
+    const uint64_t at_shape = cur.take(8 * ndim, F("shape"));
+    t.shape.resize(ndim);
+    for (uint64_t k = 0; k < ndim; ++k) t.shape[k] = detail::load_le(d + at_shape + 8 * k, 8);
+    uint64_t numel = 0, expect_nbytes = 0;
+    if (!detail::checked_nbytes(t.shape, dtype_itemsize(t.dtype), &numel, &expect_nbytes))
+      fail(ErrorCode::SizeOverflow, ti + ".shape", at_shape,
+           "product of the nonzero dims of shape " + detail::shape_str(t.shape) + " x itemsize " +
+               std::to_string(dtype_itemsize(t.dtype)) + " exceeds 2**63 - 1" + who);
 
-      const uint64_t at_shape = cur.take(8 * ndim, F("shape"));
-      t.shape.resize(ndim);
-      for (uint64_t k = 0; k < ndim; ++k) t.shape[k] = detail::load_le(d + at_shape + 8 * k, 8);
-      uint64_t numel = 0, expect_nbytes = 0;
-      if (!detail::checked_nbytes(t.shape, dtype_itemsize(t.dtype), &numel, &expect_nbytes))
-        fail(ErrorCode::SizeOverflow, ti + ".shape", at_shape,
-             "product of the nonzero dims of shape " + detail::shape_str(t.shape) + " x itemsize " +
-                 std::to_string(dtype_itemsize(t.dtype)) + " exceeds 2**63 - 1" + who);
+    const uint64_t at_off = cur.pos();
+    t.offset = cur.uint(8, F("offset"));
+    if (t.offset % ALIGNMENT != 0)
+      fail(ErrorCode::MisalignedOffset, ti + ".offset", at_off,
+           std::to_string(t.offset) + " is not a multiple of 64" + who);
+    if (t.offset < data_start)
+      fail(ErrorCode::OffsetOutOfFile, ti + ".offset", at_off,
+           std::to_string(t.offset) + " is inside the header, which ends at " + std::to_string(data_start) + who);
+    if (t.offset > size)
+      fail(ErrorCode::OffsetOutOfFile, ti + ".offset", at_off,
+           std::to_string(t.offset) + " is past the end of the file (" + std::to_string(size) + " bytes)" + who);
 
-      const uint64_t at_off = cur.pos();
-      t.offset = cur.uint(8, F("offset"));
-      if (t.offset % ALIGNMENT != 0)
-        fail(ErrorCode::MisalignedOffset, ti + ".offset", at_off,
-             std::to_string(t.offset) + " is not a multiple of 64" + who);
-      if (t.offset < data_start)
-        fail(ErrorCode::OffsetOutOfFile, ti + ".offset", at_off,
-             std::to_string(t.offset) + " is inside the header, which ends at " + std::to_string(data_start) + who);
-      if (t.offset > size)
-        fail(ErrorCode::OffsetOutOfFile, ti + ".offset", at_off,
-             std::to_string(t.offset) + " is past the end of the file (" + std::to_string(size) + " bytes)" + who);
-
-      const uint64_t at_nb = cur.pos();
-      t.nbytes = cur.uint(8, F("nbytes"));
-      if (t.nbytes != expect_nbytes)
-        fail(ErrorCode::NbytesMismatch, ti + ".nbytes", at_nb,
-             std::to_string(t.nbytes) + " != " + std::to_string(expect_nbytes) + " = product of shape " +
-                 detail::shape_str(t.shape) + " x itemsize " + std::to_string(dtype_itemsize(t.dtype)) + who);
-      uint64_t end = 0;
-      if (__builtin_add_overflow(t.offset, t.nbytes, &end))
-        fail(ErrorCode::SizeOverflow, ti + ".nbytes", at_nb, "offset + nbytes overflows 64 bits" + who);
-      if (end > size)
-        fail(ErrorCode::OffsetOutOfFile, ti + ".nbytes", at_nb,
-             "data [" + std::to_string(t.offset) + ", " + std::to_string(end) + ") ends past the end of the file (" +
-                 std::to_string(size) + " bytes)" + who);
-      if (t.nbytes > 0) {
-        // Ranges seen so far are disjoint, so checking the neighbours suffices.
-        auto next = ranges.lower_bound(t.offset);
-        const std::pair<uint64_t, size_t>* hit = nullptr;
-        if (next != ranges.end() && next->first < end) hit = &next->second;
-        if (hit == nullptr && next != ranges.begin() && std::prev(next)->second.first > t.offset)
-          hit = &std::prev(next)->second;
-        if (hit != nullptr)
-          fail(ErrorCode::OverlappingTensors, ti + ".offset", at_off,
-               "data [" + std::to_string(t.offset) + ", " + std::to_string(end) + ") overlaps tensors[" +
-                   std::to_string(hit->second) + "] (" + detail::quoted(tensors_[hit->second].name) + ")" + who);
-        ranges.emplace(t.offset, std::make_pair(end, static_cast<size_t>(i)));
-      }
-
-      crc_at[i] = cur.pos();
-      stored_crc[i] = cur.uint(4, F("crc32"));
-      t.data = d + t.offset;
-      index_.emplace(t.name, static_cast<size_t>(i));
-      tensors_.push_back(std::move(t));
+    const uint64_t at_nb = cur.pos();
+    t.nbytes = cur.uint(8, F("nbytes"));
+    if (t.nbytes != expect_nbytes)
+      fail(ErrorCode::NbytesMismatch, ti + ".nbytes", at_nb,
+           std::to_string(t.nbytes) + " != " + std::to_string(expect_nbytes) + " = product of shape " +
+               detail::shape_str(t.shape) + " x itemsize " + std::to_string(dtype_itemsize(t.dtype)) + who);
+    uint64_t end = 0;
+    if (__builtin_add_overflow(t.offset, t.nbytes, &end))
+      fail(ErrorCode::SizeOverflow, ti + ".nbytes", at_nb, "offset + nbytes overflows 64 bits" + who);
+    if (end > size)
+      fail(ErrorCode::OffsetOutOfFile, ti + ".nbytes", at_nb,
+           "data [" + std::to_string(t.offset) + ", " + std::to_string(end) + ") ends past the end of the file (" +
+               std::to_string(size) + " bytes)" + who);
+    if (t.nbytes > 0) {
+      // Ranges seen so far are disjoint, so checking the neighbours suffices.
+      auto next = ranges.lower_bound(t.offset);
+      const std::pair<uint64_t, size_t>* hit = nullptr;
+      if (next != ranges.end() && next->first < end) hit = &next->second;
+      if (hit == nullptr && next != ranges.begin() && std::prev(next)->second.first > t.offset)
+        hit = &std::prev(next)->second;
+      if (hit != nullptr)
+        fail(ErrorCode::OverlappingTensors, ti + ".offset", at_off,
+             "data [" + std::to_string(t.offset) + ", " + std::to_string(end) + ") overlaps tensors[" +
+                 std::to_string(hit->second) + "] (" + detail::quoted(tensors_[hit->second].name) + ")" + who);
+      ranges.emplace(t.offset, std::make_pair(end, static_cast<size_t>(i)));
     }
 
-    for (uint64_t j = 0; j < metadata_count; ++j) {
-      const std::string mj = "metadata[" + std::to_string(j) + "]";
-      const uint64_t at_kl = cur.pos();
-      const uint64_t key_len = cur.uint(2, [&] { return mj + ".key_len"; });
-      if (key_len == 0 || key_len > MAX_NAME_LEN)
-        fail(ErrorCode::BadName, mj + ".key_len", at_kl, "key length " + std::to_string(key_len) + " is outside [1, 255]");
-      const uint64_t at_key = cur.take(key_len, [&] { return mj + ".key"; });
-      if (!detail::valid_utf8(d + at_key, key_len))
-        fail(ErrorCode::BadName, mj + ".key", at_key, "key is not valid UTF-8");
-      std::string key(reinterpret_cast<const char*>(d + at_key), key_len);
-      if (metadata_.count(key))
-        fail(ErrorCode::DuplicateName, mj + ".key", at_key, "metadata key " + detail::quoted(key) + " appears twice");
-      const std::string mk = "metadata[" + detail::quoted(key) + "]";
+    StoredCrc crc;
+    crc.at = cur.pos();
+    crc.value = static_cast<uint32_t>(cur.uint(4, F("crc32")));
+    t.data = d + t.offset;
+    index_.emplace(t.name, static_cast<size_t>(i));
+    tensors_.push_back(std::move(t));
+    return crc;
+  }
 
-      const uint64_t at_ty = cur.pos();
-      const uint64_t type = cur.uint(1, [&] { return mk + ".type"; });
-      MetaValue value;
-      const uint64_t at_val = cur.pos();
-      auto value_field = [&] { return mk; };
-      switch (type) {
-        case 1:
-          value.emplace<int64_t>(static_cast<int64_t>(cur.uint(8, value_field)));
-          break;
-        case 2: {
-          const uint64_t bits = cur.uint(8, value_field);
-          double x;
-          std::memcpy(&x, &bits, 8);
-          value.emplace<double>(x);
-          break;
-        }
-        case 3: {
-          const uint64_t len = cur.uint(4, [&] { return mk + ".length"; });
-          if (len > MAX_STRING_LEN)
-            fail(ErrorCode::BadMetadata, mk + ".length", at_val,
-                 "string of " + std::to_string(len) + " bytes exceeds MAX_STRING_LEN (1048576)");
-          const uint64_t at_s = cur.take(len, value_field);
-          if (!detail::valid_utf8(d + at_s, len))
-            fail(ErrorCode::BadMetadata, mk, at_s, "string value is not valid UTF-8");
-          value.emplace<std::string>(reinterpret_cast<const char*>(d + at_s), len);
-          break;
-        }
-        case 4: {
-          const uint64_t b = cur.uint(1, value_field);
-          if (b > 1) fail(ErrorCode::BadMetadata, mk, at_val, "bool value " + std::to_string(b) + " is neither 0 nor 1");
-          value.emplace<bool>(b == 1);
-          break;
-        }
-        default:
-          fail(ErrorCode::BadMetadata, mk + ".type", at_ty,
-               "metadata type " + std::to_string(type) + " is unknown (1 int, 2 float, 3 string, 4 bool)");
+  // Metadata entry j (key, type, value), appended to metadata_ and metadata_entries_.
+  void parse_metadata(Cursor& cur, uint64_t j) {
+    const uint8_t* d = storage_->data;
+    const std::string mj = "metadata[" + std::to_string(j) + "]";
+    const uint64_t at_kl = cur.pos();
+    const uint64_t key_len = cur.uint(2, [&] { return mj + ".key_len"; });
+    if (key_len == 0 || key_len > MAX_NAME_LEN)
+      fail(ErrorCode::BadName, mj + ".key_len", at_kl, "key length " + std::to_string(key_len) + " is outside [1, 255]");
+    const uint64_t at_key = cur.take(key_len, [&] { return mj + ".key"; });
+    if (!detail::valid_utf8(d + at_key, key_len))
+      fail(ErrorCode::BadName, mj + ".key", at_key, "key is not valid UTF-8");
+    std::string key(reinterpret_cast<const char*>(d + at_key), key_len);
+    if (metadata_.count(key))
+      fail(ErrorCode::DuplicateName, mj + ".key", at_key, "metadata key " + detail::quoted(key) + " appears twice");
+    const std::string mk = "metadata[" + detail::quoted(key) + "]";
+
+    const uint64_t at_ty = cur.pos();
+    const uint64_t type = cur.uint(1, [&] { return mk + ".type"; });
+    MetaValue value;
+    const uint64_t at_val = cur.pos();
+    auto value_field = [&] { return mk; };
+    switch (type) {
+      case 1:
+        value.emplace<int64_t>(static_cast<int64_t>(cur.uint(8, value_field)));
+        break;
+      case 2: {
+        const uint64_t bits = cur.uint(8, value_field);
+        double x;
+        std::memcpy(&x, &bits, 8);
+        value.emplace<double>(x);
+        break;
       }
-      metadata_.emplace(key, value);
-      metadata_entries_.emplace_back(std::move(key), std::move(value));
+      case 3: {
+        const uint64_t len = cur.uint(4, [&] { return mk + ".length"; });
+        if (len > MAX_STRING_LEN)
+          fail(ErrorCode::BadMetadata, mk + ".length", at_val,
+               "string of " + std::to_string(len) + " bytes exceeds MAX_STRING_LEN (1048576)");
+        const uint64_t at_s = cur.take(len, value_field);
+        if (!detail::valid_utf8(d + at_s, len))
+          fail(ErrorCode::BadMetadata, mk, at_s, "string value is not valid UTF-8");
+        value.emplace<std::string>(reinterpret_cast<const char*>(d + at_s), len);
+        break;
+      }
+      case 4: {
+        const uint64_t b = cur.uint(1, value_field);
+        if (b > 1) fail(ErrorCode::BadMetadata, mk, at_val, "bool value " + std::to_string(b) + " is neither 0 nor 1");
+        value.emplace<bool>(b == 1);
+        break;
+      }
+      default:
+        fail(ErrorCode::BadMetadata, mk + ".type", at_ty,
+             "metadata type " + std::to_string(type) + " is unknown (1 int, 2 float, 3 string, 4 bool)");
     }
+    metadata_.emplace(key, value);
+    metadata_entries_.emplace_back(std::move(key), std::move(value));
+  }
 
+  // Bytes between the last metadata entry and the header CRC: an error in a 1.0 file;
+  // 1.x with x > 0: the extension is skipped (it is covered by the header CRC).
+  void check_extension(const Cursor& cur, uint64_t body_end) const {
     if (cur.pos() < body_end && version_minor_ == 0)
       fail(ErrorCode::ExtensionInV10, "extension", cur.pos(),
            std::to_string(body_end - cur.pos()) + " bytes between the last metadata entry and header_crc32 in a 1.0 file");
-    // 1.x with x > 0: the extension is skipped (it is covered by the header CRC).
+  }
 
-    // --- data region: padding bytes, then trailing bytes --------------------------------
+  // The data region (docs/kdtr-format.md section 1.5): padding bytes are zero, then no
+  // byte follows the end of the tensor data.  parse_tensor has already rejected
+  // overlapping ranges.
+  void check_data_region(uint64_t data_start, const Ranges& ranges) const {
+    const uint8_t* d = storage_->data;
+    const uint64_t size = storage_->size;
     uint64_t data_end = data_start;
     for (const TensorView& t : tensors_) data_end = std::max(data_end, t.offset + t.nbytes);
     uint64_t pos = data_start;
@@ -951,26 +1003,24 @@ class File {
     if (size > data_end)
       fail(ErrorCode::TrailingBytes, "end of data", data_end,
            std::to_string(size - data_end) + " bytes follow the end of the tensor data");
+  }
 
-    // --- verify: tensor CRCs and bool bytes ---------------------------------------------
-    if (verify) {
-      for (size_t i = 0; i < tensors_.size(); ++i) {
-        const TensorView& t = tensors_[i];
-        const std::string ti = "tensors[" + std::to_string(i) + "]";
-        const uint32_t actual = detail::crc32_bytes(t.data, t.nbytes);
-        if (actual != stored_crc[i])
-          fail(ErrorCode::TensorChecksumMismatch, ti + ".crc32", crc_at[i],
-               "stored " + detail::hex32(static_cast<uint32_t>(stored_crc[i])) + ", computed " +
-                   detail::hex32(actual) + " over " + std::to_string(t.nbytes) + " data bytes (tensor " +
-                   detail::quoted(t.name) + ")");
-        if (t.dtype == DType::Bool) {
-          for (uint64_t k = 0; k < t.nbytes; ++k)
-            if (t.data[k] > 1)
-              fail(ErrorCode::BadBoolValue, ti, t.offset + k,
-                   "element " + std::to_string(k) + " of bool tensor " + detail::quoted(t.name) + " is " +
-                       std::to_string(t.data[k]) + ", must be 0 or 1");
-        }
-      }
+  // verify: tensor i's CRC-32 against the stored one, then (bool tensors) every byte is
+  // 0 or 1.
+  void verify_tensor(size_t i, const StoredCrc& crc) const {
+    const TensorView& t = tensors_[i];
+    const std::string ti = "tensors[" + std::to_string(i) + "]";
+    const uint32_t actual = detail::crc32_bytes(t.data, t.nbytes);
+    if (actual != crc.value)
+      fail(ErrorCode::TensorChecksumMismatch, ti + ".crc32", crc.at,
+           "stored " + detail::hex32(crc.value) + ", computed " + detail::hex32(actual) + " over " +
+               std::to_string(t.nbytes) + " data bytes (tensor " + detail::quoted(t.name) + ")");
+    if (t.dtype == DType::Bool) {
+      for (uint64_t k = 0; k < t.nbytes; ++k)
+        if (t.data[k] > 1)
+          fail(ErrorCode::BadBoolValue, ti, t.offset + k,
+               "element " + std::to_string(k) + " of bool tensor " + detail::quoted(t.name) + " is " +
+                   std::to_string(t.data[k]) + ", must be 0 or 1");
     }
   }
 
