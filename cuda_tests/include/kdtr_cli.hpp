@@ -191,19 +191,10 @@ int run_main(int argc, char** argv, const std::string& prog, Body&& body,
 // Inputs
 // ---------------------------------------------------------------------------------------
 
-// The golden's `config` metadata, if present (copied into the output file as-is).
 // Outputs are pre-filled with this byte so that an element a kernel forgets to write cannot
 // pass a comparison by luck (0x5a is neither 0 nor 1; 0x5a5a5a5a is not -1 or an index,
 // and as a float it is 1.5e16).
 constexpr uint8_t kPoison = 0x5a;
-
-// A host vector of n elements, every byte kPoison.
-template <class T>
-std::vector<T> poisoned(size_t n) {
-  T value;
-  std::memset(&value, kPoison, sizeof value);
-  return std::vector<T>(n, value);
-}
 
 // Largest maximum budget N: slot indices are int32 and T = N + 1 must stay below 2^31 - 1.
 constexpr int64_t kMaxBudget = 0x7ffffffeLL;
@@ -222,6 +213,7 @@ inline int64_t read_max_budget(const File& g, int64_t max_n = kMaxBudget) {
   return *n;
 }
 
+// The golden's `config` metadata, if present (copied into the output file as-is).
 inline const MetaValue* golden_config(const File& golden) { return golden.find_metadata("config"); }
 
 // ---------------------------------------------------------------------------------------
@@ -253,7 +245,8 @@ struct Bytes {
   double approx = 0.0;
 
   // The product of `factors` (dims and an item size), checked.
-  static Bytes product(std::initializer_list<uint64_t> factors) {
+  static Bytes product(std::initializer_list<uint64_t> factors) { return product(std::vector<uint64_t>(factors)); }
+  static Bytes product(const std::vector<uint64_t>& factors) {
     Bytes b;
     b.exact = 1;
     b.approx = 1.0;
@@ -348,12 +341,8 @@ inline void require_scratch_bytes(const File& g, const std::string& field, const
   require_within_limit(g, field, "CPU backend scratch", need, dims, kMaxScratchBytesEnv, kMaxScratchBytes);
 }
 
-// Bytes of tree_build's outputs for B requests of T slots: node_count and status i32 [B],
-// node_token_ids i64 [B,T], node_depths / parents / next_token / next_sibling i32 [B,T],
-// visibility u8 [B,T,T].
-inline Bytes tree_build_output_bytes(uint64_t B, uint64_t T) {
-  return Bytes::product({B, 2 * 4}) + Bytes::product({B, T, 8 + 4 * 4}) + Bytes::product({B, T, T});
-}
+// The bytes of the outputs follow from the op table (kdtr_ops.hpp, Outputs::bytes); the
+// CPU backends' scratch is op-specific:
 
 // Bytes of the CPU tree_build's scratch (cuda_tests/kernels/tree_build.cuh, tree_build_cpu):
 // heap (N + 1) candidates, 5 slot arrays of T int32, an ancestor path of min(D, N) + 1 int32.
@@ -364,22 +353,11 @@ inline Bytes tree_build_scratch_bytes(uint64_t N, uint64_t D, size_t candidate_s
          Bytes::product({std::min(D, N) + 1, 4});
 }
 
-// Bytes of verify_attn's outputs: out f32 [B,T,H,d_v], lse f32 [B,T,H].
-inline Bytes verify_attn_output_bytes(uint64_t B, uint64_t T, uint64_t H, uint64_t d_v) {
-  return Bytes::product({B, T, H, d_v, 4}) + Bytes::product({B, T, H, 4});
-}
-
 // Bytes of the CPU verify_attn's scratch for one request attending to at most L keys
 // (cuda_tests/kernels/verify_attn.cuh): the keys widened to f64 [L,Dqk], scores f64 [L],
 // a visible flag u8 [L], the q row f64 [Dqk] and an accumulator f64 [d_v].
 inline Bytes verify_attn_scratch_bytes(uint64_t L, uint64_t Dqk, uint64_t d_v) {
   return Bytes::product({L, Dqk, 8}) + Bytes::product({L, 8 + 1}) + Bytes::product({Dqk + d_v, 8});
-}
-
-// Bytes of tree_accept's outputs: accepted_count and status i32 [B], accepted_path i32
-// [B,T], proposed i64 [B,T].
-inline Bytes tree_accept_output_bytes(uint64_t B, uint64_t T) {
-  return Bytes::product({B, 2 * 4}) + Bytes::product({B, T, 4 + 8});
 }
 
 // Require dims to fit the int range kernels index with; die(EXIT_USAGE) otherwise.
@@ -406,6 +384,11 @@ inline void print_timing(const std::string& backend, std::vector<double> samples
   std::fflush(stdout);
 }
 
+// The CPU backend's run: `op()` once, then with --repeat N (repeat > 0) N timed runs and
+// the timing line.
+template <class Op>
+void run_cpu_timed(int repeat, Op&& op);
+
 // Run `op` `repeat` times, timing each with steady_clock (microseconds).
 template <class Op>
 std::vector<double> time_cpu(int repeat, Op&& op) {
@@ -418,6 +401,12 @@ std::vector<double> time_cpu(int repeat, Op&& op) {
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   return us;
+}
+
+template <class Op>
+void run_cpu_timed(int repeat, Op&& op) {
+  op();
+  if (repeat > 0) print_timing("cpu", time_cpu(repeat, op));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,13 +25,13 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t launch_greedy_step_tree_len(const int32_t* node_count, int64_t B, int64_t T, int32_t* tree_len,
-                                        cudaStream_t stream) {
+cudaError_t launch_greedy_step_tree_len(const GreedyStepTreeLenParams& p, cudaStream_t stream) {
+  const int64_t B = p.B, T = p.T;
   if (B < 0 || T < 1 || T > 0x7fffffffLL) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
   const int64_t blocks = (B + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
-  greedy_step_tree_len_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(node_count, B, T, tree_len);
+  greedy_step_tree_len_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p.node_count, B, T, p.tree_len);
   return cudaGetLastError();
 }
 

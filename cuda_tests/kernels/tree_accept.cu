@@ -59,18 +59,15 @@ __global__ void __launch_bounds__(kWarp * kWarpsPerBlock)
 
 }  // namespace
 
-cudaError_t launch_tree_accept(const int64_t* node_token_ids, const int32_t* next_token,
-                               const int32_t* next_sibling, const int32_t* node_count,
-                               const int64_t* target_predict, int64_t B, int64_t T, int32_t* accepted_count,
-                               int32_t* accepted_path, int64_t* proposed, int32_t* status,
-                               cudaStream_t stream) {
+cudaError_t launch_tree_accept(const TreeAcceptParams& p, cudaStream_t stream) {
+  const int64_t B = p.B, T = p.T;
   if (B < 0 || T < 0) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
   const int64_t blocks = (B + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
   tree_accept_kernel<<<static_cast<unsigned>(blocks), kWarp * kWarpsPerBlock, 0, stream>>>(
-      node_token_ids, next_token, next_sibling, node_count, target_predict, B, T, accepted_count, accepted_path,
-      proposed, status);
+      p.node_token_ids, p.next_token, p.next_sibling, p.node_count, p.target_predict, B, T, p.accepted_count,
+      p.accepted_path, p.proposed, p.status);
   return cudaGetLastError();
 }
 

@@ -36,6 +36,22 @@
 
 namespace kdtr {
 
+// One tree_accept call (the CPU backend's tree_accept_cpu and the CUDA launcher
+// launch_tree_accept take the same struct; host or device pointers accordingly).  Names
+// as in docs/ops/tree_accept.md; row-major tensors.
+struct TreeAcceptParams {
+  const int64_t* node_token_ids = nullptr;  // i64 [B,T]
+  const int32_t* next_token = nullptr;      // i32 [B,T]
+  const int32_t* next_sibling = nullptr;    // i32 [B,T]
+  const int32_t* node_count = nullptr;      // i32 [B]
+  const int64_t* target_predict = nullptr;  // i64 [B,T]
+  int32_t* accepted_count = nullptr;        // i32 [B]
+  int32_t* accepted_path = nullptr;         // i32 [B,T]
+  int64_t* proposed = nullptr;              // i64 [B,T]
+  int32_t* status = nullptr;                // i32 [B]
+  int64_t B = 0, T = 0;
+};
+
 // tree_accept status codes (docs/ops/tree_accept.md).
 enum TreeAcceptStatus : int32_t {
   TREE_ACCEPT_OK = 0,
@@ -146,14 +162,12 @@ KDTR_HD inline int32_t tree_accept_request(const int64_t* node_token_ids, const 
 }
 
 // CPU backend: the whole batch, [B,T] row-major tensors as in the golden.
-inline void tree_accept_cpu(const int64_t* node_token_ids, const int32_t* next_token, const int32_t* next_sibling,
-                            const int32_t* node_count, const int64_t* target_predict, int64_t B, int64_t T,
-                            int32_t* accepted_count, int32_t* accepted_path, int64_t* proposed, int32_t* status) {
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t row = b * T;
-    tree_accept_request(node_token_ids + row, next_token + row, next_sibling + row, node_count[b],
-                        target_predict + row, T, accepted_count + b, accepted_path + row, proposed + row,
-                        status + b);
+inline void tree_accept_cpu(const TreeAcceptParams& p) {
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t row = b * p.T;
+    tree_accept_request(p.node_token_ids + row, p.next_token + row, p.next_sibling + row, p.node_count[b],
+                        p.target_predict + row, p.T, p.accepted_count + b, p.accepted_path + row, p.proposed + row,
+                        p.status + b);
   }
 }
 

@@ -179,17 +179,14 @@ cudaError_t tree_build_configure(size_t smem_bytes) {
                               static_cast<int>(smem_bytes));
 }
 
-cudaError_t launch_tree_build(const float* top_log_probs, const int64_t* top_token_ids,
-                              const int64_t* root_token_ids, const int32_t* budget, const int32_t* depth_limit,
-                              int64_t B, int64_t D, int64_t K, int64_t N, int32_t* node_count,
-                              int64_t* node_token_ids, int32_t* node_depths, int32_t* parents, int32_t* next_token,
-                              int32_t* next_sibling, uint8_t* visibility, int32_t* status, cudaStream_t stream) {
+cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
+  const int64_t B = p.B, D = p.D, K = p.K, N = p.N;
   if (B < 0 || D < 0 || K < 0 || N < 0 || N > 0x7ffffffeLL || B > 0x7fffffffLL) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
   const size_t smem = tree_build_smem_bytes(N, D);
   tree_build_kernel<<<static_cast<unsigned>(B), kTreeBuildThreads, smem, stream>>>(
-      top_log_probs, top_token_ids, root_token_ids, budget, depth_limit, D, K, N, node_count, node_token_ids,
-      node_depths, parents, next_token, next_sibling, visibility, status);
+      p.top_log_probs, p.top_token_ids, p.root_token_ids, p.budget, p.depth_limit, D, K, N, p.node_count,
+      p.node_token_ids, p.node_depths, p.parents, p.next_token, p.next_sibling, p.visibility, p.status);
   return cudaGetLastError();
 }
 

@@ -48,6 +48,26 @@
 
 namespace kdtr {
 
+// One tree_build call (the CPU backend's tree_build_cpu and the CUDA launcher
+// launch_tree_build take the same struct; host or device pointers accordingly).  Names
+// as in docs/ops/tree_build.md; row-major tensors, T = N + 1 slots.
+struct TreeBuildParams {
+  const float* top_log_probs = nullptr;     // f32 [B,D,K]
+  const int64_t* top_token_ids = nullptr;   // i64 [B,D,K]
+  const int64_t* root_token_ids = nullptr;  // i64 [B]
+  const int32_t* budget = nullptr;          // i32 [B]
+  const int32_t* depth_limit = nullptr;     // i32 [B]
+  int32_t* node_count = nullptr;            // i32 [B]
+  int64_t* node_token_ids = nullptr;        // i64 [B,T]
+  int32_t* node_depths = nullptr;           // i32 [B,T]
+  int32_t* parents = nullptr;               // i32 [B,T]
+  int32_t* next_token = nullptr;            // i32 [B,T]
+  int32_t* next_sibling = nullptr;          // i32 [B,T]
+  uint8_t* visibility = nullptr;            // u8 [B,T,T]
+  int32_t* status = nullptr;                // i32 [B]
+  int64_t B = 0, D = 0, K = 0, N = 0;       // N: max_budget
+};
+
 // tree_build status codes (docs/ops/tree_build.md), in the order they are checked: the
 // first that holds is the status.
 enum TreeBuildStatus : int32_t {
@@ -337,21 +357,17 @@ inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t r
 // [B,D,K], top_token_ids i64 [B,D,K], root_token_ids i64 [B], budget / depth_limit i32 [B];
 // outputs [B] and [B,T] and visibility [B,T,T]).  One heap and one set of slot arrays,
 // reused request after request.
-inline void tree_build_cpu(const float* top_log_probs, const int64_t* top_token_ids, const int64_t* root_token_ids,
-                           const int32_t* budget, const int32_t* depth_limit, int64_t B, int64_t D, int64_t K,
-                           int64_t N, int32_t* node_count, int64_t* node_token_ids, int32_t* node_depths,
-                           int32_t* parents, int32_t* next_token, int32_t* next_sibling, uint8_t* visibility,
-                           int32_t* status) {
-  const int64_t T = N + 1;
+inline void tree_build_cpu(const TreeBuildParams& p) {
+  const int64_t N = p.N, D = p.D, K = p.K, T = N + 1;
   std::vector<TreeBuildCand> heap(static_cast<size_t>(N + 1));
   std::vector<int32_t> slot_mem(static_cast<size_t>(5 * T));
   std::vector<int32_t> anc(static_cast<size_t>((D < N ? D : N) + 1));  // a root path: <= min(D, N) + 1 slots
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < p.B; ++b) {
     const int64_t in_row = b * D * K, out_row = b * T;
-    tree_build_request(top_log_probs + in_row, top_token_ids + in_row, root_token_ids[b], budget[b], depth_limit[b],
-                       N, D, K, heap.data(), slot_mem.data(), anc.data(), node_count + b, node_token_ids + out_row,
-                       node_depths + out_row, parents + out_row, next_token + out_row, next_sibling + out_row,
-                       visibility + b * T * T, status + b);
+    tree_build_request(p.top_log_probs + in_row, p.top_token_ids + in_row, p.root_token_ids[b], p.budget[b],
+                       p.depth_limit[b], N, D, K, heap.data(), slot_mem.data(), anc.data(), p.node_count + b,
+                       p.node_token_ids + out_row, p.node_depths + out_row, p.parents + out_row,
+                       p.next_token + out_row, p.next_sibling + out_row, p.visibility + b * T * T, p.status + b);
   }
 }
 

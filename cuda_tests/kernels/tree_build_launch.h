@@ -8,13 +8,15 @@
 //   check(kdtr::tree_build_smem_available(device, &have));
 //   if (need > have) -> N too large for this device (not supported)
 //   check(kdtr::tree_build_configure(need));          // once per device, before launching
-//   check(kdtr::launch_tree_build(..., stream));      // as often as needed
+//   check(kdtr::launch_tree_build(params, stream));   // as often as needed (TreeBuildParams)
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+
+#include "tree_build.cuh"
 
 namespace kdtr {
 
@@ -38,19 +40,16 @@ cudaError_t tree_build_smem_available(int device, size_t* bytes);
 // tree_build_smem_available().
 cudaError_t tree_build_configure(size_t smem_bytes);
 
-// Runs tree_build on `stream` for B requests.  All pointers are device pointers to
-// row-major tensors: top_log_probs f32 [B,D,K], top_token_ids i64 [B,D,K],
-// root_token_ids i64 [B], budget i32 [B], depth_limit i32 [B]; outputs node_count i32 [B],
-// node_token_ids i64 [B,T], node_depths / parents / next_token / next_sibling i32 [B,T],
-// visibility u8 [B,T,T], status i32 [B], T = N + 1 (every element written).  One block of
-// kTreeBuildThreads per request, tree_build_smem_bytes(N, D) bytes of dynamic shared memory
-// (see tree_build_configure).  Returns the launch error (cudaGetLastError()); does not
-// synchronize.  B == 0 launches nothing and returns cudaSuccess; B, D, K or N < 0,
-// N > 2^31 - 2 or B > 2^31 - 1 returns cudaErrorInvalidValue.
-cudaError_t launch_tree_build(const float* top_log_probs, const int64_t* top_token_ids,
-                              const int64_t* root_token_ids, const int32_t* budget, const int32_t* depth_limit,
-                              int64_t B, int64_t D, int64_t K, int64_t N, int32_t* node_count,
-                              int64_t* node_token_ids, int32_t* node_depths, int32_t* parents, int32_t* next_token,
-                              int32_t* next_sibling, uint8_t* visibility, int32_t* status, cudaStream_t stream);
+// Runs tree_build on `stream` for p.B requests.  Every pointer of `p` (TreeBuildParams,
+// tree_build.cuh) is a device pointer to a row-major tensor: top_log_probs f32 [B,D,K],
+// top_token_ids i64 [B,D,K], root_token_ids i64 [B], budget i32 [B], depth_limit i32 [B];
+// outputs node_count i32 [B], node_token_ids i64 [B,T], node_depths / parents /
+// next_token / next_sibling i32 [B,T], visibility u8 [B,T,T], status i32 [B], T = N + 1
+// (every element written).  One block of kTreeBuildThreads per request,
+// tree_build_smem_bytes(N, D) bytes of dynamic shared memory (see tree_build_configure).
+// Returns the launch error (cudaGetLastError()); does not synchronize.  B == 0 launches
+// nothing and returns cudaSuccess; B, D, K or N < 0, N > 2^31 - 2 or B > 2^31 - 1 returns
+// cudaErrorInvalidValue.
+cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream);
 
 }  // namespace kdtr

@@ -51,7 +51,7 @@ constexpr int kBM = 64;  // query rows (m = i*H + h) per block
 constexpr int kBN = 64;  // keys per KV tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kMaxDim = 1 << 30;  // T*H, S, Dqk bounds: in-request indices stay int
+constexpr int64_t kMaxDim = kVerifyAttnMaxDim;  // T*H, S, Dqk bounds (verify_attn.cuh): in-request indices stay int
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }

@@ -14,10 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kdtr {
+#include "verify_attn.cuh"  // VerifyAttnInput, VerifyAttnProblem (shared with the CPU backend)
 
-// Element type of q and kv_cache (one dtype per problem).
-enum class VerifyAttnInput : int { F32 = 0, BF16 = 1 };
+namespace kdtr {
 
 // Which kernel runs.
 //   Simt: FFMA tiles in f32 for any dims and either input dtype (no TF32).
@@ -26,24 +25,6 @@ enum class VerifyAttnInput : int { F32 = 0, BF16 = 1 };
 //         and for the Kimi K2 dims Dqk = 576, d_v = 512).
 //   Auto: Mma where it applies, else Simt.
 enum class VerifyAttnKernel : int { Auto = 0, Simt = 1, Mma = 2 };
-
-// One launch's data.  All pointers are device pointers to row-major tensors: q
-// [B,T,H,Dqk] and kv_cache [B,S,Dqk] (float, or uint16_t bf16 bits), prefix_len [B],
-// tree_len [B] (i32), visibility [B,T,T] (u8); outputs out [B,T,H,d_v] and lse [B,T,H]
-// (f32, every element written).  Lengths must be valid (verify_attn_lengths_ok in
-// verify_attn.cuh): the kernels trust them.
-struct VerifyAttnProblem {
-  VerifyAttnInput input = VerifyAttnInput::F32;
-  const void* q = nullptr;
-  const void* kv_cache = nullptr;
-  const int32_t* prefix_len = nullptr;
-  const int32_t* tree_len = nullptr;
-  const uint8_t* visibility = nullptr;
-  float* out = nullptr;
-  float* lse = nullptr;
-  int64_t B = 0, T = 0, H = 0, S = 0, Dqk = 0, d_v = 0;
-  float sm_scale = 0.0f;
-};
 
 // The chosen kernel instance (filled by verify_attn_plan).
 struct VerifyAttnPlan {
