@@ -5,6 +5,9 @@ its op, config, seed, sha256, size, generator version and the numpy version that
 it. Committed goldens stay under :data:`COMMITTED_BUDGET` bytes in all. Configurations
 whose generator marks them ``tier = "cache"`` are too large to commit: they are listed
 in the manifest with their hash and generated on demand into a cache directory.
+
+The configurations come from a :class:`kdtr.registry.Registry` passed in by the caller
+(``generators.REGISTRY`` for the ``kdtr`` command); this module never imports generators.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 from . import format as kformat
 from .compare import ulp_distance
 from .errors import KdtrError
+from .registry import Registry
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_FORMAT = 1
@@ -43,17 +47,6 @@ def default_golden_dir() -> Path:
     return repo_root() / "golden"
 
 
-def generators() -> dict[str, Any]:
-    from generators import GENERATORS  # late import: generators import kdtr
-
-    return GENERATORS
-
-
-def tier_of(op: str, config: str) -> str:
-    cfg = generators()[op].CONFIGS[config]
-    return getattr(cfg, "tier", "committed")
-
-
 def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -62,10 +55,10 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_one(golden_dir: Path, op: str, config: str) -> tuple[Path, dict[str, Any]]:
-    """Generate configuration ``op/config`` into ``golden_dir/op/config.kdtr``; return its manifest entry."""
-    gen = generators()[op]
-    tensors, metadata = gen.generate(config)
+def write_one(golden_dir: Path, registry: Registry, op: str, config: str) -> tuple[Path, dict[str, Any]]:
+    """Generate configuration ``op/config`` of ``registry`` into ``golden_dir/op/config.kdtr``;
+    return its manifest entry."""
+    tensors, metadata = registry.generate(op, config)
     dest = golden_dir / op / f"{config}.kdtr"
     dest.parent.mkdir(parents=True, exist_ok=True)
     kformat.save(dest, tensors, metadata)
@@ -77,22 +70,18 @@ def write_one(golden_dir: Path, op: str, config: str) -> tuple[Path, dict[str, A
         "size": dest.stat().st_size,
         "generator_version": int(metadata["generator_version"]),
         "numpy_version": np.__version__,
-        "tier": tier_of(op, config),
+        "tier": registry.tier_of(op, config),
     }
     return dest, entry
 
 
-def all_configs(ops: list[str] | None = None) -> list[tuple[str, str]]:
-    gens = generators()
-    return [(op, cfg) for op in (ops or list(gens)) for cfg in gens[op].CONFIGS]
-
-
 def regenerate(
     golden_dir: Path,
+    registry: Registry,
     cache_dir: Path | None = None,
     on_config: Callable[[str, str, int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Write every committed golden and the manifest, and swap them in as one set.
+    """Write every committed golden of ``registry`` and the manifest, and swap them in as one set.
 
     The new set is generated into a staging directory beside ``golden_dir`` (files of the
     old directory that no configuration writes, such as ``known_failures.json``, are carried
@@ -126,7 +115,7 @@ def regenerate(
             mask = os.umask(0o022)
             os.umask(mask)
             os.chmod(staging, (golden_dir.stat().st_mode & 0o7777) if golden_dir.is_dir() else 0o777 & ~mask)
-            manifest = _generate_set(staging, None if cache_dir is None else Path(cache_dir), on_config)
+            manifest = _generate_set(staging, registry, None if cache_dir is None else Path(cache_dir), on_config)
             if golden_dir.is_dir():
                 _carry_over(golden_dir, staging, manifest)
             _swap_in(staging, golden_dir)
@@ -139,16 +128,16 @@ def regenerate(
 
 
 def _generate_set(
-    staging: Path, cache_dir: Path | None, on_config: Callable[[str, str, int, int], None] | None
+    staging: Path, registry: Registry, cache_dir: Path | None, on_config: Callable[[str, str, int, int], None] | None
 ) -> dict[str, Any]:
     cache_dir = cache_dir or staging / ".cache"
     files: dict[str, Any] = {}
-    configs = all_configs()
+    configs = registry.all_configs()
     for i, (op, config) in enumerate(configs):
         if on_config:
             on_config(op, config, i, len(configs))
-        target = staging if tier_of(op, config) == "committed" else cache_dir
-        _, entry = write_one(target, op, config)
+        target = staging if registry.tier_of(op, config) == "committed" else cache_dir
+        _, entry = write_one(target, registry, op, config)
         files[f"{op}/{config}.kdtr"] = entry
     manifest = {"format": MANIFEST_FORMAT, "files": files}
     committed = sum(e["size"] for e in files.values() if e["tier"] == "committed")
@@ -203,18 +192,9 @@ def _repair_interrupted_swap(golden_dir: Path) -> None:
 
 
 def write_manifest(golden_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write ``golden_dir/MANIFEST.json`` atomically (:func:`kdtr.format.atomic_write`)."""
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=".MANIFEST.", suffix=".tmp", dir=golden_dir)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, golden_dir / MANIFEST_NAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    kformat.atomic_write(golden_dir / MANIFEST_NAME, text.encode("utf-8"))
 
 
 def manifest_of_files(golden_dir: Path) -> dict[str, Any]:
@@ -310,8 +290,8 @@ def _compare_files(rel: str, old_path: Path, new_path: Path) -> list[Drift]:
     return out
 
 
-def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
-    """Regenerate every golden into a temporary directory and compare with ``golden_dir``.
+def check(golden_dir: Path, registry: Registry, cache_dir: Path | None = None) -> CheckReport:
+    """Regenerate every golden of ``registry`` into a temporary directory and compare with ``golden_dir``.
 
     Reports, per file: missing (listed or generated but not on disk), extra (orphan
     ``.kdtr`` not produced by any configuration), unlisted (generated but not in the
@@ -326,7 +306,7 @@ def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
     except (OSError, ValueError) as exc:  # missing, not a regular file, malformed
         report.drifts.append(Drift(MANIFEST_NAME, "manifest", str(exc)))
         listed = {}
-    generated = {f"{op}/{cfg}.kdtr": (op, cfg) for op, cfg in all_configs()}
+    generated = {f"{op}/{cfg}.kdtr": (op, cfg) for op, cfg in registry.all_configs()}
     on_disk = {str(p.relative_to(golden_dir)) for p in golden_dir.glob("*/*.kdtr")}
 
     for rel in sorted(on_disk - set(generated)):
@@ -339,8 +319,8 @@ def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
     with tempfile.TemporaryDirectory(prefix="kdtr-regen-") as tmp:
         tmpdir = Path(tmp)
         for rel, (op, cfg) in sorted(generated.items()):
-            tier = tier_of(op, cfg)
-            new_path, entry = write_one(tmpdir, op, cfg)
+            tier = registry.tier_of(op, cfg)
+            new_path, entry = write_one(tmpdir, registry, op, cfg)
             report.checked += 1
             if tier != "committed":
                 if rel in listed and listed[rel]["sha256"] != entry["sha256"]:
@@ -366,8 +346,8 @@ def check(golden_dir: Path, cache_dir: Path | None = None) -> CheckReport:
     return report
 
 
-def ensure_cached(golden_dir: Path, op: str, config: str, cache_dir: Path | None = None) -> Path:
-    """Path of a second-tier golden, generating it into the cache if absent or stale.
+def ensure_cached(golden_dir: Path, registry: Registry, op: str, config: str, cache_dir: Path | None = None) -> Path:
+    """Path of a second-tier golden, generating it (from ``registry``) into the cache if absent or stale.
 
     Raises:
         ValueError: the regenerated file does not match the manifest hash.
@@ -378,7 +358,7 @@ def ensure_cached(golden_dir: Path, op: str, config: str, cache_dir: Path | None
     path = cache_dir / rel
     if path.exists() and sha256_of(path) == want:
         return path
-    path, entry = write_one(cache_dir, op, config)
+    path, entry = write_one(cache_dir, registry, op, config)
     if entry["sha256"] != want:
         raise ValueError(f"{path}: regenerated second-tier golden does not match its manifest sha256")
     return path

@@ -8,37 +8,19 @@ elements (request, slot, expected, actual), the kept output file and a rerun com
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import format as kformat
 from .runner import STATUSES, CaseResult
+from .status import ERRORED, SKIPPED, Status
 from .text import printable, printable_lines, printable_tree
-
-
-def _write_temp(path: Path, text: str) -> Path:
-    """``text`` in a new temporary file beside ``path`` (fsynced, mode as umask allows)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
 
 
 def counts(results: list[CaseResult]) -> dict[str, int]:
@@ -86,16 +68,16 @@ def mismatch_lines(r: CaseResult) -> list[str]:
 
 
 def _mismatch_lines(r: CaseResult) -> list[str]:
-    lines = [f"{r.case.id}: {r.status}" + (f": {r.reason}" if r.status != "MISMATCH" else "")]
+    lines = [f"{r.case.id}: {r.status}" + (f": {r.reason}" if r.status != Status.MISMATCH else "")]
     for o in r.outputs:
         if o.ok:
             continue
         lines.append(f"  {o.summary()}")
         for e in o.first:
             lines.append(f"    {e.where()}: expected {e.expected}, actual {e.actual}")
-    if r.output_file and r.status == "MISMATCH":
+    if r.output_file and r.status == Status.MISMATCH:
         lines.append(f"  obtained tensors: {r.output_file}")
-    if r.stderr.strip() and r.status in ("CRASH", "TIMEOUT", "ERROR"):
+    if r.stderr.strip() and r.status in ERRORED:
         lines.append("  stderr: " + r.stderr.strip().splitlines()[-1][:300])
     lines.append(f"  rerun: {r.rerun}")
     return lines
@@ -124,9 +106,9 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
             "testsuite",
             name=printable(op),
             tests=str(len(rs)),
-            failures=str(c["MISMATCH"]),
-            errors=str(c["CRASH"] + c["TIMEOUT"] + c["ERROR"]),
-            skipped=str(c["NOT_SUPPORTED"] + c["WAIVED"]),
+            failures=str(c[Status.MISMATCH]),
+            errors=str(c[Status.CRASH] + c[Status.TIMEOUT] + c[Status.ERROR]),
+            skipped=str(c[Status.NOT_SUPPORTED] + c[Status.WAIVED]),
             time=f"{sum(r.seconds for r in rs):.3f}",
         )
         for r in rs:
@@ -139,11 +121,11 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
             ET.SubElement(props, "property", name="status", value=r.status)
             ET.SubElement(props, "property", name="rerun", value=printable(r.rerun))
             text = "\n".join(mismatch_lines(r))
-            if r.status == "MISMATCH":
-                ET.SubElement(tc, "failure", type="MISMATCH", message=printable(r.reason)[:500]).text = text
-            elif r.status in ("CRASH", "TIMEOUT", "ERROR"):
+            if r.status == Status.MISMATCH:
+                ET.SubElement(tc, "failure", type=Status.MISMATCH.value, message=printable(r.reason)[:500]).text = text
+            elif r.status in ERRORED:
                 ET.SubElement(tc, "error", type=r.status, message=printable(r.reason)[:500]).text = text
-            elif r.status in ("NOT_SUPPORTED", "WAIVED"):
+            elif r.status in SKIPPED:
                 ET.SubElement(tc, "skipped", message=printable(f"{r.status}: {r.reason}")[:500])
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
@@ -184,14 +166,14 @@ def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
     for (op, cfg), row in grid.items():
         cells = [row[b].status if b in row else "" for b in backends]
         out.append(f"| {_md_cell(op)} | {_md_cell(cfg)} | " + " | ".join(cells) + " |")
-    failing = [r for r in results if r.status not in ("PASS", "NOT_SUPPORTED")]
+    failing = [r for r in results if r.status not in (Status.PASS, Status.NOT_SUPPORTED)]
     if failing:
         out += ["", "## Details", ""]
         for r in failing:
             lines = mismatch_lines(r)
             fence = _fence(lines)
             out += [fence, *lines, fence]
-    not_supported = [r for r in results if r.status == "NOT_SUPPORTED"]
+    not_supported = [r for r in results if r.status == Status.NOT_SUPPORTED]
     if not_supported:
         reasons = sorted({r.reason for r in not_supported})
         out += ["", "NOT_SUPPORTED reasons: " + "; ".join(_md_cell(x) for x in reasons)]
@@ -204,22 +186,14 @@ REPORT_NAMES = ("conformance.json", "junit.xml", "conformance.md")
 def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any]) -> list[Path]:
     """Publish the three reports of one run together.
 
-    All three are rendered and written to temporary files first; only then are the old
-    reports removed and the new ones renamed into place. An interruption leaves either the
-    previous run's three reports or a subset of this run's, never a mix of the two runs
+    All three are rendered and written to temporary files first
+    (:func:`kdtr.format.atomic_write_together`); only then are the old reports removed
+    and the new ones renamed into place. An interruption leaves either the previous
+    run's three reports or a subset of this run's, never a mix of the two runs
     (each report also records ``env["run_id"]``).
     """
     paths = [report_dir / name for name in REPORT_NAMES]
     texts = [json.dumps(to_json(results, env), indent=2) + "\n", junit(results, env), markdown(results, env)]
-    temps: list[Path] = []
-    try:
-        for path, text in zip(paths, texts):
-            temps.append(_write_temp(path, text))
-        for path in paths:
-            path.unlink(missing_ok=True)
-        for tmp, path in zip(temps, paths):
-            os.replace(tmp, path)
-    finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    kformat.atomic_write_together([(path, text.encode("utf-8")) for path, text in zip(paths, texts)])
     return paths

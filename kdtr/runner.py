@@ -39,10 +39,10 @@ from . import format as kformat
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
 from .errors import KdtrError
+from .status import FAILING, Status
 
 BACKENDS = ("cpu", "cuda")
-STATUSES = ("PASS", "MISMATCH", "CRASH", "TIMEOUT", "ERROR", "NOT_SUPPORTED", "WAIVED")
-FAILING = {"MISMATCH", "CRASH", "TIMEOUT", "ERROR"}
+STATUSES = tuple(Status)  # in report order
 EXIT_RUNTIME, EXIT_INPUT, EXIT_NOT_SUPPORTED = 1, 2, 3
 KNOWN_FAILURES = "known_failures.json"
 
@@ -68,7 +68,7 @@ class Case:
 @dataclass
 class CaseResult:
     case: Case
-    status: str
+    status: Status
     reason: str = ""
     outputs: list[TensorResult] = field(default_factory=list)
     seconds: float = 0.0
@@ -110,16 +110,20 @@ class RunConfig:
     rerun_args: list[str] = field(default_factory=list)
 
 
-def discover(golden_dir: Path, second_tier: bool = False) -> list[tuple[str, str, Path]]:
+def discover(golden_dir: Path, second_tier: bool = False, registry: Any = None) -> list[tuple[str, str, Path]]:
     """Every committed golden as (op, config, path), sorted; from the files on disk.
 
     With ``second_tier``, also every manifest entry of tier "cache", generated on demand
-    into ``golden_dir/.cache`` and checked against its manifest sha256.
+    from ``registry`` (a :class:`kdtr.registry.Registry`, required then) into
+    ``golden_dir/.cache`` and checked against its manifest sha256.
 
     Raises:
         UsageError: the directory does not exist, holds no goldens, or a second-tier
             golden cannot be produced with its manifest hash.
+        ValueError: ``second_tier`` without a ``registry``.
     """
+    if second_tier and registry is None:
+        raise ValueError("discover: second-tier goldens need the configuration registry")
     if not golden_dir.is_dir():
         raise UsageError(f"golden directory {golden_dir} does not exist")
     found = sorted((p.parent.name, p.stem, p) for p in golden_dir.glob("*/*.kdtr"))
@@ -132,7 +136,7 @@ def discover(golden_dir: Path, second_tier: bool = False) -> list[tuple[str, str
             entries = goldens.read_manifest(golden_dir)["files"].values()
             for e in sorted(entries, key=lambda e: (e["op"], e["config"])):
                 if e.get("tier") == "cache":
-                    found.append((e["op"], e["config"], goldens.ensure_cached(golden_dir, e["op"], e["config"])))
+                    found.append((e["op"], e["config"], goldens.ensure_cached(golden_dir, registry, e["op"], e["config"])))
         except (OSError, ValueError, KeyError) as exc:
             raise UsageError(f"second-tier goldens: {exc}") from exc
     return found
@@ -301,28 +305,28 @@ def _tail(text: str, n: int = 2000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[str, str, list[TensorResult]]:
+def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[Status, str, list[TensorResult]]:
     try:
         out = kformat.load(out_path)
     except (KdtrError, OSError) as exc:
-        return "ERROR", f"output file unreadable: {exc}", []
+        return Status.ERROR, f"output file unreadable: {exc}", []
     results = []
     expected_names = [k[len("expected.") :] for k in golden.tensors if k.startswith("expected.")]
     if not expected_names:
-        return "ERROR", f"{case.golden}: golden has no expected.* tensors", []
+        return Status.ERROR, f"{case.golden}: golden has no expected.* tensors", []
     stray = stray_contract_keys(golden.metadata, expected_names)
     if stray:
-        return "ERROR", f"{case.golden}: metadata {stray[0]!r} is a contract for no expected.* output", []
+        return Status.ERROR, f"{case.golden}: metadata {stray[0]!r} is a contract for no expected.* output", []
     for name in expected_names:
         try:
             contract = Contract.from_metadata(golden.metadata, name)
         except (KeyError, ValueError) as exc:
-            return "ERROR", f"{case.golden}: bad or missing contract for {name!r}: {exc}", []
+            return Status.ERROR, f"{case.golden}: bad or missing contract for {name!r}: {exc}", []
         results.append(compare(name, golden.tensors[f"expected.{name}"], out.tensors.get(name), contract))
     bad = [r for r in results if not r.ok]
     if bad:
-        return "MISMATCH", "; ".join(r.summary() for r in bad), results
-    return "PASS", "", results
+        return Status.MISMATCH, "; ".join(r.summary() for r in bad), results
+    return Status.PASS, "", results
 
 
 def literal_pattern(text: str) -> str:
@@ -348,7 +352,7 @@ def rerun_line(case: Case, cfg: RunConfig) -> str:
 def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     """Run one case and return its result; never raises for the case's own failures."""
     t0 = time.monotonic()
-    res = CaseResult(case, "ERROR")
+    res = CaseResult(case, Status.ERROR)
     res.rerun = rerun_line(case, cfg)
     res.status, res.reason = _run_case(case, cfg, res)
     res.seconds = time.monotonic() - t0
@@ -357,8 +361,8 @@ def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     )
     if waiver and res.status in FAILING:
         res.reason = f"waived ({waiver}); was {res.status}: {res.reason}"
-        res.status = "WAIVED"
-    elif waiver and res.status == "PASS":
+        res.status = Status.WAIVED
+    elif waiver and res.status == Status.PASS:
         res.reason = f"passes although waived ({waiver}): remove it from {KNOWN_FAILURES}"
     return res
 
@@ -434,22 +438,22 @@ def _run_binary(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
             _ACTIVE.discard(proc)
 
 
-def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
+def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[Status, str]:
     if case.golden in cfg.golden_problems:
-        return "ERROR", cfg.golden_problems[case.golden]
+        return Status.ERROR, cfg.golden_problems[case.golden]
     try:
         golden = kformat.load(case.golden)
     except (KdtrError, OSError) as exc:
-        return "ERROR", f"golden unreadable: {exc}"
+        return Status.ERROR, f"golden unreadable: {exc}"
     op = golden.metadata.get("op")
     if op != case.op:
-        return "ERROR", f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
+        return Status.ERROR, f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
     config = golden.metadata.get("config")
     if config != case.config:
-        return "ERROR", f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
+        return Status.ERROR, f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
     binary = cfg.bin_dir / f"kdtr_{case.op}"
     if not binary.exists():
-        return "ERROR", f"binary {binary} not found (run `make`)"
+        return Status.ERROR, f"binary {binary} not found (run `make`)"
     out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.unlink(missing_ok=True)
@@ -463,22 +467,22 @@ def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[str, str]:
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         res.stderr = _tail(err)
-        return "TIMEOUT", f"killed after {cfg.timeout:g} s"
+        return Status.TIMEOUT, f"killed after {cfg.timeout:g} s"
     except OSError as exc:
-        return "ERROR", f"cannot start {binary}: {exc}"
+        return Status.ERROR, f"cannot start {binary}: {exc}"
     res.stderr = _tail(proc.stderr)
     first_line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "(no message)"
     rc = proc.returncode
     if rc < 0:
-        return "CRASH", f"killed by {_signal_name(rc)}"
+        return Status.CRASH, f"killed by {_signal_name(rc)}"
     if rc == EXIT_NOT_SUPPORTED:
         if case.backend == "cpu":  # the cpu backend always exists (docs/binaries.md)
-            return "ERROR", f"binary says the cpu backend is not supported (exit 3): {first_line}"
-        return "NOT_SUPPORTED", first_line
+            return Status.ERROR, f"binary says the cpu backend is not supported (exit 3): {first_line}"
+        return Status.NOT_SUPPORTED, first_line
     if rc == EXIT_INPUT:
-        return "ERROR", f"binary rejected its input (exit 2): {first_line}"
+        return Status.ERROR, f"binary rejected its input (exit 2): {first_line}"
     if rc != 0:
-        return "CRASH", f"exit {rc}: {first_line}"
+        return Status.CRASH, f"exit {rc}: {first_line}"
     status, reason, outputs = _judge(case, golden, out_path)
     res.outputs = outputs
     return status, reason
@@ -525,7 +529,7 @@ def run_all(
             try:
                 r = fut.result()
             except Exception as exc:  # a harness bug must not stop the run
-                r = CaseResult(c, "ERROR", f"harness error: {type(exc).__name__}: {exc}", rerun=rerun_line(c, cfg))
+                r = CaseResult(c, Status.ERROR, f"harness error: {type(exc).__name__}: {exc}", rerun=rerun_line(c, cfg))
             results[c] = r
             if on_done:
                 on_done(r)

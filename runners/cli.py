@@ -30,20 +30,23 @@ from kdtr.compare import compare
 from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
+from kdtr.status import Status
 from kdtr.text import printable
+
+import generators  # the configuration registry (generators.REGISTRY): kdtr/ itself never imports generators
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
 console = Console(highlight=False, soft_wrap=True,
                   width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160))
 
 STATUS_STYLE = {
-    "PASS": "green",
-    "MISMATCH": "bold red",
-    "CRASH": "bold red",
-    "TIMEOUT": "bold red",
-    "ERROR": "bold magenta",
-    "NOT_SUPPORTED": "dim",
-    "WAIVED": "yellow",
+    Status.PASS: "green",
+    Status.MISMATCH: "bold red",
+    Status.CRASH: "bold red",
+    Status.TIMEOUT: "bold red",
+    Status.ERROR: "bold magenta",
+    Status.NOT_SUPPORTED: "dim",
+    Status.WAIVED: "yellow",
 }
 
 
@@ -123,9 +126,9 @@ def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir
         for b in required:
             if b not in backends:
                 raise runner.UsageError(f"--require-backend {b}: not among the chosen backends ({', '.join(backends)})")
-        found = runner.discover(gdir, second_tier=tier == "all")
+        found = runner.discover(gdir, second_tier=tier == "all", registry=generators.REGISTRY)
         found, problems = runner.check_manifest(gdir, found)
-        chosen = runner.select(found, only, known_ops=set(goldens.generators()) | {g[0] for g in found})
+        chosen = runner.select(found, only, known_ops=set(generators.REGISTRY.ops()) | {g[0] for g in found})
         cases = runner.select_cases(runner.plan(chosen, backends), only)
         cases = runner.shard(cases, shard)
         if not cases:
@@ -167,11 +170,11 @@ def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir
         sys.exit(128 + exc.signum)
 
     console.print(results_table(results))
-    skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == "NOT_SUPPORTED"})
+    skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == Status.NOT_SUPPORTED})
     for backend, reason in skipped:
         console.print(f"{backend}: NOT_SUPPORTED: {printable(reason)}", style="dim", markup=False)
     for r in results:
-        if r.status in runner.FAILING or r.status == "WAIVED":
+        if r.status in runner.FAILING or r.status == Status.WAIVED:
             console.print("\n".join(report.mismatch_lines(r)), markup=False)
     env = report.environment()
     env["gpu"] = gpu_description()
@@ -189,11 +192,11 @@ def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir
     console.print("  ".join(f"[{STATUS_STYLE[s]}]{s}[/] {n}" for s, n in c.items() if n))
     console.print("reports: " + ", ".join(printable(p) for p in paths), markup=False)
     code = runner.exit_code(results)
-    missing = sorted({r.case.backend for r in results if r.status == "NOT_SUPPORTED" and r.case.backend in required})
+    missing = sorted({r.case.backend for r in results if r.status == Status.NOT_SUPPORTED and r.case.backend in required})
     for b in missing:
         click.echo(f"kdtr: error: --require-backend {b}: its cases are NOT_SUPPORTED here (see above)", err=True)
         code = max(code, 1)
-    if not missing and all(r.status == "NOT_SUPPORTED" for r in results):
+    if not missing and all(r.status == Status.NOT_SUPPORTED for r in results):
         click.echo("kdtr: warning: every case is NOT_SUPPORTED: nothing was tested "
                    "(--require-backend makes that a failure)", err=True)
     sys.exit(code)
@@ -231,7 +234,7 @@ def regen(check, golden_dir) -> None:
     if check:
         if not gdir.is_dir():
             fail_usage(f"golden directory {gdir} does not exist")
-        rep = goldens.check(gdir)
+        rep = goldens.check(gdir, generators.REGISTRY)
         for d in rep.drifts:
             console.print(f"[red]DRIFT[/] {escape(printable(d))}")
         if rep.ok:
@@ -242,7 +245,7 @@ def regen(check, golden_dir) -> None:
     try:
         with Progress(TextColumn("[bold]kdtr regen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.description}"), console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(goldens.all_configs()))
+            task = progress.add_task("", total=len(generators.REGISTRY.all_configs()))
 
             def on_config(op: str, config: str, i: int, n: int) -> None:
                 progress.update(task, completed=i, description=f"{op}/{config}")
@@ -250,7 +253,7 @@ def regen(check, golden_dir) -> None:
                     console.print(f"regen [{i + 1}/{n}] {op}/{config}", markup=False)
 
             runner.install_signal_handlers()  # SIGTERM/SIGHUP: staging removed, old set kept
-            manifest = goldens.regenerate(gdir, on_config=on_config)
+            manifest = goldens.regenerate(gdir, generators.REGISTRY, on_config=on_config)
     except runner.Terminated as exc:
         click.echo(f"kdtr: {exc.args[0]}: regen stopped; {gdir} is unchanged", err=True)
         sys.exit(128 + exc.signum)
@@ -360,15 +363,15 @@ def list_(golden_dir) -> None:
     gdir = _root_path(golden_dir, goldens.default_golden_dir())
     if not gdir.is_dir():
         fail_usage(f"golden directory {gdir} does not exist")
-    GENERATORS = goldens.generators()
     bin_dir = goldens.repo_root() / "build" / "bin"
     table = Table(title="kdtr configurations")
     for col in ("op", "config", "tier", "golden", "size", "binary"):
         table.add_column(col, no_wrap=True)
     table.add_column("description", overflow="fold")
-    for op, gen in GENERATORS.items():
+    for op_configs in generators.REGISTRY.entries():
+        op = op_configs.op
         has_bin = "built" if (bin_dir / f"kdtr_{op}").exists() else "[yellow]not built[/]"
-        for name, cfg in gen.CONFIGS.items():
+        for name, cfg in op_configs.configs.items():
             path = gdir / op / f"{name}.kdtr"
             tier = getattr(cfg, "tier", "committed")
             present = path.exists() if tier == "committed" else (gdir / ".cache" / op / f"{name}.kdtr").exists()
