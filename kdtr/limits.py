@@ -110,7 +110,7 @@ def _check(nbytes: int, limit: int, what: str, argument: str, dims: str, env: st
 
 
 def tree_build_output_bytes(b: int, t: int) -> int:
-    """Bytes of tree_build's outputs for ``b`` requests of ``t`` slots (kdtr_cli.hpp alike).
+    """Bytes of tree_build's outputs for ``b`` requests of ``t`` slots (the op table in kdtr_ops.hpp alike).
 
     node_count, status i32 [B]; node_token_ids i64 [B,T]; node_depths, parents,
     next_token, next_sibling i32 [B,T]; visibility u8 [B,T,T].
