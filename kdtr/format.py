@@ -614,6 +614,17 @@ def _encode_name(path: str, field_name: str, kind: str, name: Any) -> tuple[str,
     return str(name), Name.build({"length": len(raw), "raw": raw})
 
 
+def _unique_name(path: str, section: str, what: str, i: int, name: Any, seen: dict[str, int]) -> tuple[str, bytes]:
+    """Entry ``i`` of ``section``'s name, encoded (:func:`_encode_name`), and not a repeat
+    of an earlier entry (recorded in ``seen``): WriteError DuplicateName otherwise."""
+    field = f"{section}[{i}].{'name' if section == 'tensors' else 'key'}"
+    name, name_bytes = _encode_name(path, field, what, name)
+    if name in seen:
+        raise _werr(path, field, f"{what} {name!r} repeats {section}[{seen[name]}] (readers reject it: DuplicateName)")
+    seen[name] = i
+    return name, name_bytes
+
+
 def _as_array(path: str, where: str, value: Any) -> np.ndarray:
     """``value`` as an ndarray: an ndarray (subclasses too, masked arrays refused), a numpy
     scalar (a 0-d array), or an object with ``__array__`` / ``__array_interface__`` /
@@ -730,11 +741,7 @@ def encode(
     entry_parts: list[tuple[bytes, np.ndarray]] = []
     seen: dict[str, int] = {}
     for i, (name, value) in enumerate(pairs):
-        name_field = f"tensors[{i}].name"
-        name, name_bytes = _encode_name(path, name_field, "tensor name", name)
-        if name in seen:
-            raise _werr(path, name_field, f"tensor name {name!r} repeats tensors[{seen[name]}] (readers reject it: DuplicateName)")
-        seen[name] = i
+        name, name_bytes = _unique_name(path, "tensors", "tensor name", i, name, seen)
         code, arr = _prepare_tensor(path, f"tensor {name!r}", value)
         head = name_bytes + TensorKind.build({"dtype": code, "ndim": arr.ndim}) + Array(arr.ndim, Int64ul).build(list(arr.shape))
         entry_parts.append((head, arr))
@@ -742,11 +749,7 @@ def encode(
     meta_chunks: list[bytes] = []
     seen_keys: dict[str, int] = {}
     for i, (key, value) in enumerate(meta_pairs):
-        key_field = f"metadata[{i}].key"
-        key, key_bytes = _encode_name(path, key_field, "metadata key", key)
-        if key in seen_keys:
-            raise _werr(path, key_field, f"metadata key {key!r} repeats metadata[{seen_keys[key]}] (readers reject it: DuplicateName)")
-        seen_keys[key] = i
+        key, key_bytes = _unique_name(path, "metadata", "metadata key", i, key, seen_keys)
         meta_chunks.append(key_bytes + _encode_metadata_value(path, f'metadata["{key}"]', value))
     meta_bytes = b"".join(meta_chunks)
 

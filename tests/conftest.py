@@ -19,6 +19,14 @@ for _p in (str(REPO_ROOT), str(TESTS_DIR)):
 KDTR_CHECK = REPO_ROOT / "build" / "bin" / "kdtr_check"
 
 
+def op_binary(op: str) -> Path:
+    """build/bin/kdtr_<op>; fails (never skips) when it has not been built."""
+    path = REPO_ROOT / "build" / "bin" / f"kdtr_{op}"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
+    return path
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     """The repository root (the directory that holds kdtr/, golden/, build/)."""

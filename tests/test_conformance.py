@@ -14,15 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
+from conftest import op_binary
 from runners.cli import main
 
 
 @pytest.fixture(scope="module")
 def binary(repo_root):
-    path = repo_root / "build" / "bin" / "kdtr_tree_accept"
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
-    return path
+    return op_binary("tree_accept")
 
 
 def test_every_golden_passes_on_cpu_and_cuda_is_pass_or_not_supported(binary, repo_root, tmp_path):
@@ -103,10 +101,7 @@ def test_cpu_output_equals_reference_on_random_wild_inputs(binary, tmp_path):
 
 @pytest.fixture(scope="module")
 def build_binary(repo_root):
-    path = repo_root / "build" / "bin" / "kdtr_tree_build"
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
-    return path
+    return op_binary("tree_build")
 
 
 def _wild_tree_build_inputs(rng, b, d, k, n):
@@ -217,10 +212,7 @@ GREEDY_GOLDENS = sorted(
 
 
 def _op_binary(repo_root, op):
-    path = repo_root / "build" / "bin" / f"kdtr_{op}"
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
-    return path
+    return op_binary(op)
 
 
 @pytest.mark.parametrize("config", GREEDY_GOLDENS)

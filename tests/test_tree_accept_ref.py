@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kdtr
+from conftest import op_binary
 from generators.trees import random_tree, synth_target_predict
 from kdtr.ops.tree_accept import (
     STATUS_BAD_INDEX,
@@ -240,10 +241,7 @@ def test_property_negative_live_token_rejects_and_padding_does_not(seed, count, 
 
 
 def _binary(repo_root, op):
-    path = repo_root / "build" / "bin" / f"kdtr_{op}"
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
-    return path
+    return op_binary(op)
 
 
 def _run_cpu(binary, golden, out):

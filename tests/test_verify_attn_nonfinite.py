@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import kdtr
+from conftest import op_binary
 from generators import gen_verify_attn_refs as gen
 from kdtr.ops.verify_attn import verify_attn, verify_attn_f64
 
@@ -212,10 +213,7 @@ def test_reference_follows_the_rule_on_random_nonfinite_inputs(seed):
 
 @pytest.fixture(scope="module")
 def va_binary(repo_root):
-    path = repo_root / "build" / "bin" / "kdtr_verify_attn"
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"{path} is missing: run `make` first", pytrace=False)
-    return path
+    return op_binary("verify_attn")
 
 
 def run_cpu(binary, x, tmp_path, name):
