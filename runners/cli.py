@@ -1,4 +1,4 @@
-"""The ``kdtr`` command line: run, regen, inspect, diff, list.
+"""The ``kdtr`` command line: run, regen, inspect, diff, list, mutate.
 
 Only options and rendering live here; the work is in :mod:`kdtr.runner`,
 :mod:`kdtr.goldens`, :mod:`kdtr.compare` and :mod:`kdtr.report`.
@@ -15,6 +15,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -354,6 +356,91 @@ def diff(expected, actual) -> None:
         for el in res.first:
             console.print(printable(f"    {el.where()}: expected {el.expected}, actual {el.actual}"), markup=False)
     sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--only", "only", multiple=True, metavar="PATTERN",
+              help="Run only the mutants whose id matches this glob (repeatable), e.g. 'tree_accept/*'.")
+@click.option("--generic/--no-generic", default=False, show_default=True,
+              help="Also run the generic operator pass (universalmutator; pip install -e '.[mutate]').")
+@click.option("--catalogue/--no-catalogue", default=True, show_default=True, help="Run the mutant catalogue.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1,
+              show_default="cores", help="Mutants built and run at once.")
+@click.option("--cxxflags", default=None, help="CXXFLAGS of the mutant builds. Default: the Makefile's (-O2).")
+@click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
+@click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
+def mutate(only, generic, catalogue, jobs, cxxflags, golden_dir, report_dir) -> None:
+    """Plant each catalogued bug alone in a scratch copy of the CPU cores, rebuild, run the
+    committed goldens; write reports/mutation.md and .json (docs/mutation.md).
+
+    Exit 1 if a catalogue mutant survives (or does not compile, or is wrongly declared
+    equivalent), or a generic survivor is not triaged as equivalent."""
+    from runners import mutate as mut
+
+    root = goldens.repo_root()
+    gdir = _root_path(golden_dir, root / "golden")
+    rdir = _root_path(report_dir, root / "reports")
+    try:
+        mutants = mut.load_catalogue(root) if catalogue else []
+        triage = mut.load_triage(root)
+        if generic:
+            mutants += mut.generic_mutants(root)
+    except (mut.CatalogueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
+        fail_usage(printable(str(exc)))
+        return
+    mutants = mut.select(mutants, only)
+    if not mutants:
+        fail_usage("no mutant selected (check --only and --catalogue/--generic)")
+        return
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
+        try:
+            console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
+            ws = mut.Workspace(root, Path(tmp), cxxflags)
+            plan = mut.prepare(root, gdir, ws, registry=generators.REGISTRY)
+        except (RuntimeError, runner.UsageError) as exc:
+            fail_usage(printable(str(exc)))
+            return
+        runner.install_signal_handlers()
+        try:
+            with Progress(TextColumn("[bold]kdtr mutate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.description}"), console=console, transient=True) as progress:
+                task = progress.add_task("", total=len(mutants))
+
+                def done(r: mut.MutantResult) -> None:
+                    if r.outcome in (mut.SURVIVED, mut.STILLBORN, mut.BAD_CLAIM) and r.mutant.kind == "catalogue":
+                        progress.console.print(f"[bold red]{r.outcome}[/] {escape(r.mutant.id)} "
+                                               f"{escape(printable(r.detail[:160]))}")
+                    progress.update(task, advance=1, description=escape(r.mutant.id))
+
+                generic_ids = {m.id for m in mutants if m.kind == "generic"}
+                results = mut.run([m for m in mutants if m.id not in generic_ids], ws, plan, jobs, done)
+                results += mut.run([m for m in mutants if m.id in generic_ids], ws, plan, jobs, done,
+                                   own_op_only=True)
+        except runner.Terminated as exc:
+            click.echo(f"kdtr: {exc.args[0]}: mutation run stopped; no report written", err=True)
+            sys.exit(128 + exc.signum)
+    env = report.environment()
+    env["commit"] = report.git_commit(root)
+    env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    env["seconds"] = round(time.monotonic() - t0, 1)
+    env["cxxflags"] = cxxflags if cxxflags is not None else "Makefile default"
+    paths = mut.write_reports(rdir, results, triage, env)
+    table = Table(title="kdtr mutation score")
+    for col in ("pass", "op", "mutants", "killed", "survived", "equivalent", "identical", "stillborn", "score"):
+        table.add_column(col, no_wrap=True)
+    for kind in ("catalogue", "generic"):
+        for op, s in mut.score([r for r in results if r.mutant.kind == kind]).items():
+            table.add_row(kind, op, str(s["mutants"]), str(s[mut.KILLED] + s[mut.BAD_CLAIM]), str(s[mut.SURVIVED]),
+                          str(s[mut.EQUIVALENT]), str(s[mut.IDENTICAL]), str(s[mut.STILLBORN]),
+                          "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%")
+    console.print(table)
+    bad = mut.failing(results, triage)
+    for r in bad:
+        console.print(printable(f"{r.outcome} {r.mutant.id} ({r.mutant.file}:{r.mutant.line}): {r.detail[:200]}"),
+                      markup=False)
+    console.print("reports: " + ", ".join(printable(str(p)) for p in paths), markup=False)
+    sys.exit(1 if bad else 0)
 
 
 @main.command("list")
