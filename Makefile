@@ -101,7 +101,7 @@ VPY    := $(VENV)/bin/python
 KDTR   := $(VENV)/bin/kdtr
 RUN_ARGS ?=
 
-.PHONY: venv run test regen check-goldens
+.PHONY: venv run test regen check-goldens mutate
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -121,3 +121,15 @@ regen: venv
 
 check-goldens: venv
 	$(KDTR) regen --check
+
+# Mutation testing (docs/mutation.md): every catalogue mutant (mutants/*.toml) and a fixed
+# sample of the generic operator pass (universalmutator), each planted alone in a scratch
+# copy of the CPU cores and run against the committed goldens; writes
+# reports/mutation.md and .json, exit 1 on a surviving non-equivalent mutant.
+MUTATE_ARGS ?=
+$(VENV)/.installed-mutate: $(VENV)/.installed
+	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[test,mutate]'
+	@touch $@
+
+mutate: $(VENV)/.installed-mutate
+	$(KDTR) mutate --generic $(MUTATE_ARGS)

@@ -363,13 +363,18 @@ def diff(expected, actual) -> None:
               help="Run only the mutants whose id matches this glob (repeatable), e.g. 'tree_accept/*'.")
 @click.option("--generic/--no-generic", default=False, show_default=True,
               help="Also run the generic operator pass (universalmutator; pip install -e '.[mutate]').")
+@click.option("--sample", type=click.IntRange(0), default=100, show_default=True,
+              help="Generic pass: a fixed random sample of this many mutants per op (0: every one).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Generic pass: the sample's seed.")
 @click.option("--catalogue/--no-catalogue", default=True, show_default=True, help="Run the mutant catalogue.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1,
               show_default="cores", help="Mutants built and run at once.")
 @click.option("--cxxflags", default=None, help="CXXFLAGS of the mutant builds. Default: the Makefile's (-O2).")
+@click.option("--catalogue-dir", type=click.Path(file_okay=False),
+              help="The catalogue (<op>.toml files) and generic_triage.toml. Default: <repo>/mutants.")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def mutate(only, generic, catalogue, jobs, cxxflags, golden_dir, report_dir) -> None:
+def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir, golden_dir, report_dir) -> None:
     """Plant each catalogued bug alone in a scratch copy of the CPU cores, rebuild, run the
     committed goldens; write reports/mutation.md and .json (docs/mutation.md).
 
@@ -380,11 +385,17 @@ def mutate(only, generic, catalogue, jobs, cxxflags, golden_dir, report_dir) -> 
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
     rdir = _root_path(report_dir, root / "reports")
+    generic_note = ""
     try:
-        mutants = mut.load_catalogue(root) if catalogue else []
-        triage = mut.load_triage(root)
+        cdir = _root_path(catalogue_dir, root / mut.CATALOGUE_DIR)
+        mutants = mut.load_catalogue(root, cdir) if catalogue else []
+        triage = mut.load_triage(root, cdir)
         if generic:
-            mutants += mut.generic_mutants(root)
+            everything = mut.generic_mutants(root)
+            picked = mut.sample(everything, sample, seed)
+            generic_note = (f"{len(picked)} of {len(everything)} universalmutator mutants "
+                            f"({'all' if not sample else f'sample of {sample} per op, seed {seed}'})")
+            mutants += picked
     except (mut.CatalogueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
         fail_usage(printable(str(exc)))
         return
@@ -425,6 +436,8 @@ def mutate(only, generic, catalogue, jobs, cxxflags, golden_dir, report_dir) -> 
     env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     env["seconds"] = round(time.monotonic() - t0, 1)
     env["cxxflags"] = cxxflags if cxxflags is not None else "Makefile default"
+    if generic_note:
+        env["generic pass"] = generic_note
     paths = mut.write_reports(rdir, results, triage, env)
     table = Table(title="kdtr mutation score")
     for col in ("pass", "op", "mutants", "killed", "survived", "equivalent", "identical", "stillborn", "score"):

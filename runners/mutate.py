@@ -35,6 +35,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -42,7 +43,6 @@ import sys
 import tempfile
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -51,6 +51,11 @@ from typing import Any
 
 from kdtr import runner
 from kdtr.status import FAILING, Status
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 CATALOGUE_DIR = "mutants"
 TRIAGE_FILE = "generic_triage.toml"
@@ -425,7 +430,10 @@ def run_mutant(m: Mutant, ws: Workspace, plan: Plan, ops: list[str] | None = Non
         src.write_text(m.apply(src.read_text(encoding="utf-8")), encoding="utf-8")
         st = src.stat()
         os.utime(src, ns=(st.st_atime_ns, max(st.st_mtime_ns, time.time_ns()) + 2_000_000_000))
-        ops = [op for op in (ops or ws.ops_of(m.file)) if op in plan.cases]
+        ops = [op for op in (ops or ws.ops_of(m.file)) if plan.cases.get(op)]
+        if not ops:  # no golden runs a binary built from this file
+            return MutantResult(m, EQUIVALENT if m.equivalent else SURVIVED,
+                                detail=f"no golden runs a binary built from {m.file}", seconds=time.monotonic() - t0)
         r = _make(d, [f"build/bin/kdtr_{op}" for op in ops], ws.cxxflags)
         if r.returncode != 0:
             err = next((ln for ln in r.stderr.splitlines() if "error" in ln), r.stderr.strip()[-300:])
@@ -578,6 +586,19 @@ def to_json(results: list[MutantResult], triage: dict[tuple[str, str, str], Tria
             j["triage"] = asdict(t) if t else None
         out["mutants"].append(j)
     return out
+
+
+def sample(mutants: list[Mutant], per_op: int, seed: int = 0) -> list[Mutant]:
+    """A deterministic random sample of at most ``per_op`` mutants of each op (all of them
+    when ``per_op`` is 0), in the original order: random mutant sampling (Wong & Mathur,
+    1995), which estimates the score of the whole set (docs/mutation.md)."""
+    if per_op <= 0:
+        return mutants
+    keep: set[str] = set()
+    for op in sorted({m.op for m in mutants}):
+        ids = sorted(m.id for m in mutants if m.op == op)
+        keep.update(random.Random(f"{seed}:{op}").sample(ids, min(per_op, len(ids))))
+    return [m for m in mutants if m.id in keep]
 
 
 def select(mutants: list[Mutant], only: Iterable[str]) -> list[Mutant]:
