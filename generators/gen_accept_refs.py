@@ -6,6 +6,9 @@ unless the config says otherwise; target predictions follow DESIGN 4: the first 
 with high probability, sometimes a non-first child, sometimes a token matching no child
 (early stop); leaves always get a non-child token. Token ids of live slots are
 non-negative except in ``negative_token``, which aims at status NEGATIVE_TOKEN.
+``bad_links`` (status BAD_INDEX) and ``leaf_siblings`` come from issue 10's mutation
+study: link values that are neither -1 nor a live slot, followed by the walk; and accepted
+slots whose siblings carry the bonus token (the walk must stop).
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kdtr.ops.tree_accept import OUTPUTS, SPEC  # noqa: F401  (OUTPUTS: the op's outputs, for tests)
+from kdtr.ops.tree_accept import OUTPUTS, SPEC, accept_request  # noqa: F401  (OUTPUTS: the op's outputs, for tests)
 
-from .trees import Tree, chain_tree, non_child_token, path_to, random_tree, synth_target_predict
+from .trees import Tree, chain_tree, links_from_parents, non_child_token, path_to, random_tree, synth_target_predict
 from .golden import package
 
 OP = "tree_accept"
@@ -36,7 +39,8 @@ class Config:
     depth: int = 8
     topk: int = 8
     kind: str = "random"  # random | underfull | chain | root_only | full_accept | non_first | zero | malformed
-    #                       | negative
+    #                       | negative | bad_links | leaf_siblings
+    tier: str = "committed"
 
 
 CONFIGS: dict[str, Config] = {
@@ -54,6 +58,13 @@ CONFIGS: dict[str, Config] = {
     "negative_token": Config("negative token ids in live slots (status 4 NEGATIVE_TOKEN), on and off the walk, "
                              "and only past node_count (OK); T = 49 > 32 so the scan wraps the lanes", 1012, 10, 48, depth=4,
                              topk=4, kind="negative"),
+    "bad_links": Config("a followed next_token / next_sibling link that is neither -1 nor in [1, node_count] (0, -2, "
+                        "INT32_MIN, node_count+1, T-1 > node_count, T, INT32_MAX) at the root, at the start, middle and "
+                        "end of a sibling list and after one or two acceptances: status 2 BAD_INDEX", 1013, 51, 16,
+                        depth=4, topk=4, kind="bad_links"),
+    "leaf_siblings": Config("accepted leaves (and accepted nodes with no matching child) whose siblings, later or "
+                            "earlier, or uncle carry the bonus token: the walk must stop there", 1014, 20, 16, depth=5,
+                            topk=4, kind="leaf_siblings"),
 }
 
 
@@ -246,6 +257,184 @@ def _synth_negative(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, 
     return d
 
 
+INT32_MIN = int(np.iinfo(np.int32).min)
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def bad_link_values(node_count: int, t: int) -> list[int]:
+    """Link values that are neither the -1 sentinel nor a live slot [1, node_count]: 0 (the
+    root, never a child), -2, INT32_MIN, node_count + 1, T - 1 (a slot of the row past
+    node_count; requires node_count < T - 2), T and INT32_MAX (past the row)."""
+    return [0, -2, INT32_MIN, node_count + 1, t - 1, t, INT32_MAX]
+
+
+BAD_LINK_PLACES = ("root_next_token", "root_first_sibling", "root_last_sibling", "accepted_next_token",
+                   "accepted_mid_sibling", "accepted_last_sibling", "accepted_leaf_next_token")
+
+
+def _tree_from_parents(rng: np.random.Generator, t: int, parents: list[int]) -> Tree:
+    """A well-formed tree from the parents of slots 1..n (parents[i - 1] < i), distinct random
+    sibling tokens, children linked in slot order."""
+    n = len(parents)
+    par = np.full(t, -1, np.int32)
+    dep = np.full(t, -1, np.int32)
+    ids = np.full(t, -1, np.int64)
+    dep[0] = 0
+    ids[0] = rng.integers(0, VOCAB)
+    for i, p in enumerate(parents, start=1):
+        if not 0 <= p < i:
+            raise ValueError(f"slot {i}: parent {p} not an earlier slot")
+        par[i], dep[i] = p, dep[p] + 1
+    for p in range(n + 1):
+        kids = [i for i in range(1, n + 1) if par[i] == p]
+        ids[kids] = rng.choice(VOCAB, size=len(kids), replace=False)
+    nt, ns = links_from_parents(par, n)
+    return Tree(n, par, dep, ids, nt, ns)
+
+
+def _synth_bad_links(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+    """Row 0: issue 10's input (a sibling link 0 at the end of the root's list), padded to T;
+    row 1: a well-formed control (status 0). Then one row per (place, bad value) of
+    BAD_LINK_PLACES x bad_link_values: a tree of node_count = T - 5 nodes whose walk follows
+    the bad link (status 2 BAD_INDEX, the request rejected whole). A walk that ends a list at
+    any non-positive value, or at any value out of range, instead of testing -1 and the range,
+    returns status 0 on some of these rows.
+    """
+    n = t - 5
+    values = bad_link_values(n, t)
+    if cfg.batch != 2 + len(BAD_LINK_PLACES) * len(values):
+        raise ValueError(f"bad_links: batch must be {2 + len(BAD_LINK_PLACES) * len(values)}")
+
+    def good_tree() -> Tree:
+        # the root has >= 3 children; a root child has >= 3 children, one of them a leaf
+        while True:
+            tree = random_tree(rng, t, n, cfg.depth, cfg.topk, VOCAB)
+            kids = tree.children(0)
+            rich = [a for a in kids if len(tree.children(a)) >= 3
+                    and any(not tree.children(c) for c in tree.children(a))]
+            if len(kids) >= 3 and rich:
+                return tree
+
+    trees, targets = [], []
+    row0 = _tree_from_parents(rng, t, [0])
+    row0.token_ids[:2] = [100, 7]
+    row0.next_sibling[1] = 0
+    tp0 = np.full(t, -1, np.int64)
+    tp0[:2] = [9, 5]
+    trees.append(row0)
+    targets.append(tp0)
+    tree = good_tree()
+    trees.append(tree)
+    targets.append(synth_target_predict(rng, tree, VOCAB))
+    for place in BAD_LINK_PLACES:
+        for v in values:
+            tree = good_tree()
+            root_kids = tree.children(0)
+            a = [c for c in root_kids if len(tree.children(c)) >= 3
+                 and any(not tree.children(g) for g in tree.children(c))][0]
+            a_kids = tree.children(a)
+            leaf = [g for g in a_kids if not tree.children(g)][0]
+            tp = synth_target_predict(rng, tree, VOCAB)
+            nt, ns = tree.next_token, tree.next_sibling
+            if place == "root_next_token":
+                nt[0] = v
+            elif place in ("root_first_sibling", "root_last_sibling"):
+                tp[0] = non_child_token(rng, tree, 0, VOCAB)  # the walk scans the whole root list
+                ns[root_kids[0] if place == "root_first_sibling" else root_kids[-1]] = v
+            else:
+                tp[0] = tree.token_ids[a]  # accept a
+                if place == "accepted_next_token":
+                    nt[a] = v
+                elif place in ("accepted_mid_sibling", "accepted_last_sibling"):
+                    tp[a] = non_child_token(rng, tree, a, VOCAB)  # the walk scans a's whole list
+                    ns[a_kids[1] if place == "accepted_mid_sibling" else a_kids[-1]] = v
+                else:  # accept a, then its leaf child; the leaf's first-child link is bad
+                    tp[a] = tree.token_ids[leaf]
+                    nt[leaf] = v
+            trees.append(tree)
+            targets.append(tp)
+    return _batch(trees, targets)
+
+
+def _synth_leaf_siblings(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+    """The walk stops at an accepted slot none of whose children matches, even when a
+    sibling (or an uncle) of that slot carries the bonus token. Hand-made rows (parents of
+    slots 1..n; every row well-formed, status 0):
+
+    0. issue 10's input: root children 1 (token 7) and 2 (token 8), predictions [7, 8, 9]:
+       accept 1 (a leaf), bonus 8 = the token of its next sibling 2.
+    1. accept a depth-1 leaf; its next sibling (a leaf) carries the bonus token.
+    2. accept a depth-2 leaf; its next sibling carries the bonus token and has a child the
+       sibling's prediction matches (a walk that went on would accept two more).
+    3. accept a leaf; a later, not the next, sibling carries the bonus token.
+    4. accept the last child (a leaf); an earlier sibling carries the bonus token.
+    5. accept a slot with children, none matching; its next sibling carries the prediction.
+    6. accept a leaf whose next_sibling link is out of range (never followed: status 0).
+    7. accept the only child (a leaf) of a root child; the uncle carries the bonus token.
+    8. a chain of accepted first children to a depth-4 leaf whose next sibling carries the
+       bonus token and has a matching child.
+    9. accept a leaf whose prediction is its own token (a sibling list that restarts at the
+       current slot would accept it again).
+    Rows 10..: random trees (depth 5, top-k 4), a walk to a random leaf that has siblings,
+    whose prediction is the token of one of them (later and earlier alternately).
+    """
+    rows: list[tuple[Tree, np.ndarray]] = []
+
+    def row(parents: list[int], path: list[int], bonus_from: int | None = None, bonus: int | None = None,
+            extra: dict[int, int] | None = None) -> Tree:
+        """Predictions accept ``path`` (slots after the root); the last slot predicts the token
+        of ``bonus_from`` (or ``bonus``); ``extra`` maps a slot to the slot whose token it
+        predicts (what a walk that wrongly went on would accept)."""
+        tree = _tree_from_parents(rng, t, parents)
+        tp = synth_target_predict(rng, tree, VOCAB)
+        full = [0, *path]
+        for x, y in zip(full, full[1:]):
+            tp[x] = tree.token_ids[y]
+        tp[full[-1]] = tree.token_ids[bonus_from] if bonus_from is not None else bonus
+        for x, y in (extra or {}).items():
+            tp[x] = tree.token_ids[y]
+        rows.append((tree, tp))
+        return tree
+
+    def check(k: int, path: list[int]) -> None:  # the reference walks exactly the intended path
+        tree, tp = rows[k]
+        _, got, _, status = accept_request(tree.token_ids, tree.next_token, tree.next_sibling, tree.node_count, tp)
+        if status != 0 or got != [0, *path]:
+            raise ValueError(f"leaf_siblings row {k}: walk {got} (status {status}), meant {[0, *path]}")
+
+    tree = row([0, 0], [1], bonus_from=2)  # 0: issue 10's input, padded to T
+    tree.token_ids[:3] = [100, 7, 8]
+    rows[-1][1][:3] = [7, 8, 9]
+    row([0, 0, 0, 1], [1 + 1], bonus_from=3)  # 1: accept slot 2 (a leaf), next sibling 3
+    row([0, 0, 1, 1, 1, 4, 2], [1, 3], bonus_from=4, extra={4: 6})  # 2
+    row([0, 0, 0, 0, 1], [2], bonus_from=4)  # 3: accept 2; 3 is its next sibling, 4 carries the bonus
+    row([0, 0, 0, 1, 2], [3], bonus_from=1)  # 4: accept 3 (last root child, a leaf); bonus = token of 1
+    row([0, 0, 1, 1, 2], [1], bonus_from=2)  # 5: accept 1 (children 3, 4 do not match); bonus = token of 2
+    tree = row([0, 0, 0, 2], [1], bonus_from=2)  # 6: accept leaf 1; its next_sibling link broken
+    tree.next_sibling[1] = t + 5
+    row([0, 0, 1, 2], [1, 3], bonus_from=2)  # 7: accept 1, then its only child 3; bonus = token of uncle 2
+    row([0, 1, 2, 3, 0, 1, 2, 3, 8], [1, 2, 3, 4], bonus_from=8, extra={8: 9})  # 8: chain; leaf 4, sibling 8
+    row([0, 0, 0], [2], bonus_from=2)  # 9: accept 2, predict its own token
+    for k, path in enumerate([[1], [2], [1, 3], [2], [3], [1], [1], [1, 3], [1, 2, 3, 4], [2]]):
+        check(k, path)
+    while len(rows) < cfg.batch:
+        tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
+        leaves = [s for s in range(1, tree.node_count + 1)
+                  if tree.next_token[s] == -1 and len(tree.children(int(tree.parents[s]))) >= 2]
+        if not leaves:
+            continue
+        leaf = leaves[int(rng.integers(0, len(leaves)))]
+        sibs = [s for s in tree.children(int(tree.parents[leaf])) if s != leaf]
+        later = [s for s in sibs if s > leaf]
+        earlier = [s for s in sibs if s < leaf]
+        pick = (later or earlier) if len(rows) % 2 == 0 else (earlier or later)
+        tp = _follow_path(rng, tree, path_to(tree, leaf))
+        tp[leaf] = tree.token_ids[pick[int(rng.integers(0, len(pick)))]]
+        rows.append((tree, tp))
+        check(len(rows) - 1, path_to(tree, leaf)[1:])
+    return _batch([r[0] for r in rows], [r[1] for r in rows])
+
+
 _SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "underfull": _synth_underfull,
@@ -256,6 +445,8 @@ _SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndar
     "zero": _synth_zero,
     "malformed": _synth_malformed,
     "negative": _synth_negative,
+    "bad_links": _synth_bad_links,
+    "leaf_siblings": _synth_leaf_siblings,
 }
 
 

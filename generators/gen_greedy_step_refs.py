@@ -46,6 +46,8 @@ class Config:
     sm_scale: float = 0.0
     kind: str = "random"  # random | ties | underfull | invalid
     tier: str = "committed"
+    budgets: tuple[int, ...] = ()  # per request (cycled); empty: N for every request
+    finite_padding: bool = False  # q finite in rows past node_count (the cache rows past the tree stay NaN)
 
 
 CONFIGS: dict[str, Config] = {
@@ -59,6 +61,10 @@ CONFIGS: dict[str, Config] = {
     "invalid_rows": Config("tree_build statuses (NaN, bad budget, negative id) flow into a root-only verify and "
                            "accept; negative tokens reach tree_accept (NEGATIVE_TOKEN)", 4006, 6,
                            5, 4, 16, 4, 72, 64, (8,), kind="invalid"),
+    "finite_padding": Config("underfull trees (D=2, K=3 hold 12 of N=16; budgets 16, 5, 16, 9) whose padding q rows "
+                             "(past node_count) are finite: verify_attn must answer them out 0, lse -inf, not size "
+                             "the tree from the budget", 4007, 4, 2, 3, 16, 2, 16, 8, (6, 0, 3, 1),
+                             kind="underfull", budgets=(16, 5, 16, 9), finite_padding=True),
 }
 
 
@@ -71,6 +77,8 @@ def _build_inputs(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray
         "budget": np.full(cfg.batch, cfg.budget, np.int32),
         "depth_limit": np.full(cfg.batch, cfg.depth, np.int32),
     }
+    if cfg.budgets:
+        x["budget"][:] = [cfg.budgets[r % len(cfg.budgets)] for r in range(cfg.batch)]
     if cfg.kind == "ties":
         vals = rng.choice(np.array([0.0, -0.5, -1.0, -2.0], np.float32), size=lp.shape, p=[0.4, 0.3, 0.2, 0.1])
         x["top_log_probs"] = -np.sort(-vals, axis=-1).astype(np.float32)
@@ -102,7 +110,7 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     dt = np.float32 if cfg.dtype == "f32" else ml_dtypes.bfloat16
     q = rng.standard_normal((b, t, cfg.heads, cfg.dqk)).astype(dt)
     kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
-    attn_gen.poison(q, kv, None, prefix, tree_len)  # visibility comes from tree_build
+    attn_gen.poison(None if cfg.finite_padding else q, kv, None, prefix, tree_len)  # visibility: from tree_build
     sm_scale = np.array(cfg.sm_scale or cfg.dqk**-0.5, np.float32)
     d_v = np.array(cfg.d_v, np.int32)
 

@@ -10,6 +10,7 @@ that reads or validates them fails), token id 0, and invalid inputs with their s
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -55,6 +56,10 @@ CONFIGS: dict[str, Config] = {
     ),
     "invalid": Config("NaN, -inf, unsorted, duplicate id, negative id, budget and depth_limit out of range",
                       2013, 10, 6, 6, 32, kind="invalid"),
+    "near_ties": Config("tiny log-probs (-1e-12, -1e-30, -2^-40, f32 subnormals) beside ordinary ones (-0.3, -1.7, "
+                        "...): scores that tie or nearly tie, whose order depends on evaluating the sibling score "
+                        "exactly as (w - lp[r]) + lp[r+1] and the child score as w + lp[d][0] in float64",
+                        2014, 25, 4, 4, 16, kind="near_ties"),
 }
 
 
@@ -149,6 +154,85 @@ def _synth_invalid(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarra
     return x
 
 
+# near_ties pools: tiny log-probs (absorbed by an ordinary score, or not quite: -1e-12 and -3e-9
+# move a float64 sum of ordinary values by thousands of ulps, so the order of the two additions of
+# a sibling score decides its last bits) and ordinary ones, repeated so that different rank paths
+# have mathematically equal scores.
+NEAR_TIE_TINY = np.array([-1e-12, -1e-30, -(2.0**-40), -1e-40, -1.4e-45, -3e-9, -1e-7], np.float32)
+NEAR_TIE_ORDINARY = np.array([-0.3, -1.7, -0.5, -0.7, -1.1, -2.3], np.float32)
+# Wrong evaluations of the scores (the golden's requests are chosen so that each changes the tree).
+NEAR_TIE_WRONG = ("swap", "diff", "f32")
+
+
+def grow_scored(lp: np.ndarray, ids: np.ndarray, budget: int, depth_limit: int, how: str = "contract") -> list[int]:
+    """Token ids in slot order of the best-first tree, with the scores evaluated ``how``:
+    ``contract`` (w - lp[r]) + lp[r+1] and w + lp[d][0] in float64 (= the reference); ``swap``
+    (w + lp[r+1]) - lp[r]; ``diff`` w + (lp[r+1] - lp[r]); ``parent`` the parent's score +
+    lp[r+1]; ``f32`` the contract's formulas in float32. Ties by rank path as in the contract."""
+    k = lp.shape[1]
+    f = np.float32 if how == "f32" else float
+    v = [[f(x) for x in row] for row in lp.astype(np.float64)]
+    slot_w = [f(0.0)]
+    heap = [(-v[0][0], (0,), 1, 0, 0)]
+    out: list[int] = []
+    while heap and len(out) < budget and depth_limit > 0:
+        nw, path, d, r, p = heapq.heappop(heap)
+        w = -nw
+        out.append(int(ids[d - 1][r]))
+        slot_w.append(w)
+        if r + 1 < k:
+            a, b = v[d - 1][r], v[d - 1][r + 1]
+            ws = {"swap": (w + b) - a, "diff": w + (b - a), "parent": slot_w[p] + b}.get(how, (w - a) + b)
+            heapq.heappush(heap, (-ws, path[:-1] + (r + 1,), d, r + 1, p))
+        if d < depth_limit:
+            heapq.heappush(heap, (-(w + v[d][0]), path + (0,), d + 1, 0, len(out)))
+    return out
+
+
+def _near_tie_rows(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
+    """f32 [d, k] sorted rows mixing NEAR_TIE_TINY and NEAR_TIE_ORDINARY: one row shared by
+    every depth, independent rows, or rows whose two best ranks are tiny (child scores that
+    nearly tie their parent's siblings)."""
+    family = int(rng.integers(0, 3))
+
+    def one(n_tiny: int) -> np.ndarray:
+        vals = np.concatenate([rng.choice(NEAR_TIE_TINY, n_tiny), rng.choice(NEAR_TIE_ORDINARY, k - n_tiny)])
+        return -np.sort(-vals.astype(np.float32))
+
+    if family == 0:
+        return np.tile(one(int(rng.integers(1, k))), (d, 1))
+    if family == 1:
+        return np.stack([one(int(rng.integers(1, k))) for _ in range(d)])
+    return np.stack([one(min(2, k)) for _ in range(d)])
+
+
+def _synth_near_ties(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Request 0: issue 10's input (rows [-1e-12, -0.3], budget 4, depth_limit 2), padded with
+    ranks of -5 and -6 that the tree never reaches. Request r >= 1: near-tie rows
+    (:func:`_near_tie_rows`) drawn until the wrong evaluation NEAR_TIE_WRONG[(r - 1) % 3]
+    (:func:`grow_scored`) builds another tree than the contract's: every request is one where
+    the evaluation order of the scores shows."""
+    x = _base(cfg, rng)
+    lp, ids = x["top_log_probs"], x["top_token_ids"]
+    if cfg.topk < 4:
+        raise ValueError("near_ties: top-k must be >= 4")
+    lp[0] = np.array([-1e-12, -0.3, -5.0, -6.0] + [-7.0] * (cfg.topk - 4), np.float32)
+    ids[0] = np.arange(1, cfg.depth * cfg.topk + 1).reshape(cfg.depth, cfg.topk)
+    ids[0, :2, :2] = [[1, 2], [3, 4]]
+    x["root_token_ids"][0] = 0
+    x["budget"][0], x["depth_limit"][0] = 4, 2
+    for r in range(1, cfg.batch):
+        how = NEAR_TIE_WRONG[(r - 1) % len(NEAR_TIE_WRONG)]
+        for _ in range(100_000):
+            cand = _near_tie_rows(rng, cfg.depth, cfg.topk)
+            if grow_scored(cand, ids[r], cfg.budget, cfg.depth, how) != grow_scored(cand, ids[r], cfg.budget, cfg.depth):
+                lp[r] = cand
+                break
+        else:
+            raise ValueError(f"near_ties: no near-tie rows for request {r} ({how}) in 100000 draws")
+    return x
+
+
 _SYNTH: dict[str, Callable[[Config, np.random.Generator], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "ties": _synth_ties,
@@ -156,6 +240,7 @@ _SYNTH: dict[str, Callable[[Config, np.random.Generator], dict[str, np.ndarray]]
     "mixed": _synth_mixed,
     "zero": _synth_zero,
     "invalid": _synth_invalid,
+    "near_ties": _synth_near_ties,
 }
 
 

@@ -6,6 +6,12 @@ cache rows past prefix_len + tree_len are NaN, visibility entries outside the va
 square are 1. Tolerances are computed per golden from the data (see
 ``tolerances`` and docs/ops/verify_attn.md, "Tolerances").
 
+Configurations with a ``special`` kind (issue 10; SPECIAL_KINDS) aim at the softmax:
+``huge_scores`` (scores beyond float64's exp range), ``no_visible_key`` (empty rows),
+``masked_extremes`` (masked keys that would set the row maximum) and ``finite_padding``,
+which leaves q's padding rows finite (every other poison stays) so that a kernel that
+computes them gets finite values instead of out 0, lse -inf.
+
 Configurations with ``nonfinite`` kinds (``nan_scores``, ``nan_scores_bf16``) put NaN and
 infinities inside the valid region on purpose (``inject_nonfinite``): their expected
 outputs hold NaN (docs/ops/verify_attn.md, "NaN and infinities") and their contracts use
@@ -51,6 +57,7 @@ class Config:
     tree_len: tuple[int, ...] = ()  # per request (cycled); empty: full trees (T)
     tier: str = "committed"
     nonfinite: tuple[str, ...] = ()  # per request (cycled): a NONFINITE_KINDS entry or "" (none)
+    special: str = ""  # a SPECIAL_KINDS entry: huge_scores | no_visible_key | masked_extremes | finite_padding
 
 
 CONFIGS: dict[str, Config] = {
@@ -77,6 +84,29 @@ CONFIGS: dict[str, Config] = {
                                          "only_neg_inf", "no_key", "")),
     "long_prefix": Config("K2 dims, bf16, prefix 4096, T=65 (second tier)", 3010, 2, 65, 64, 576, 512, (4096, 4000),
                           dtype="bf16", sm_scale=K2_SCALE, tier="cache"),
+    "huge_scores": Config("integer q and keys, scores +-(900..3132) (beyond float64 exp, far beyond f32): only "
+                          "max-subtraction keeps them finite; one prefix spans two 64-key tiles whose maxima "
+                          "differ by >= 192", 3013, 6, 9, 2, 16, 8, (70, 0, 5, 12, 1, 33), sm_scale=1.0,
+                          tree_len=(9, 9, 6, 9, 1, 4), special="huge_scores"),
+    "huge_scores_bf16": Config("huge_scores with bf16 inputs (exact: small integers)", 3014, 6, 9, 2, 16, 8,
+                               (70, 0, 5, 12, 1, 33), dtype="bf16", sm_scale=1.0, tree_len=(9, 9, 6, 9, 1, 4),
+                               special="huge_scores"),
+    "no_visible_key": Config("prefix 0 with all-zero visibility rows (out 0, lse -inf) among normal rows, the root "
+                             "row empty, rows that do not see the root, a prefix-only row; tree_len 1 with "
+                             "visibility [[0]]", 3015, 5, 9, 2, 16, 8, (0, 0, 0, 5, 0), tree_len=(9, 7, 9, 9, 1),
+                             special="no_visible_key"),
+    "masked_extremes": Config("masked tree keys score +450 where the visible ones score -450: a row maximum taken "
+                              "over masked keys underflows every visible weight", 3016, 4, 9, 2, 16, 8, (0, 3, 0, 66),
+                              sm_scale=1.0, tree_len=(9, 9, 5, 9), special="masked_extremes"),
+    "masked_extremes_bf16": Config("masked_extremes with bf16 inputs (exact: integers)", 3017, 4, 9, 2, 16, 8,
+                                   (0, 3, 0, 66), dtype="bf16", sm_scale=1.0, tree_len=(9, 9, 5, 9),
+                                   special="masked_extremes"),
+    "finite_padding": Config("finite q in the padding rows (i >= tree_len; cache rows past the tree stay NaN): "
+                             "padding rows must be out 0, lse -inf, not attention; tree_len 0 and 1", 3018, 5, 9, 2,
+                             16, 8, (1, 0, 6, 3, 4), tree_len=(1, 4, 7, 2, 0), special="finite_padding"),
+    "finite_padding_bf16": Config("finite_padding with bf16 inputs (the tensor-core kernel on cuda)", 3019, 5, 9, 2,
+                                  16, 8, (1, 0, 6, 3, 4), dtype="bf16", tree_len=(1, 4, 7, 2, 0),
+                                  special="finite_padding"),
 }
 
 
@@ -101,12 +131,15 @@ def _tree(cfg: Config, rng: np.random.Generator, n: int) -> np.ndarray:
     return tree_visibility(random_tree(rng, t, n, 8, 8, 1000).parents, n, t)
 
 
-def poison(q: np.ndarray, kv: np.ndarray, vis: np.ndarray | None, prefix: np.ndarray, tree_len: np.ndarray) -> None:
-    """In place: NaN in q rows >= tree_len and cache rows >= prefix_len + tree_len; 1 in
-    visibility entries outside the valid square (skipped when vis is None)."""
-    for r in range(q.shape[0]):
+def poison(q: np.ndarray | None, kv: np.ndarray, vis: np.ndarray | None, prefix: np.ndarray,
+           tree_len: np.ndarray) -> None:
+    """In place: NaN in q rows >= tree_len (skipped when q is None) and cache rows >=
+    prefix_len + tree_len; 1 in visibility entries outside the valid square (skipped when
+    vis is None)."""
+    for r in range(kv.shape[0]):
         tl, pl = int(tree_len[r]), int(prefix[r])
-        q[r, tl:] = np.nan
+        if q is not None:
+            q[r, tl:] = np.nan
         kv[r, pl + tl:] = np.nan
         if vis is not None:
             vis[r, tl:, :] = 1
@@ -188,6 +221,82 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
             vis[r, 1, :tl] = 0
 
 
+def _special_huge_scores(cfg: Config, rng: np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
+                         prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """Integer q and keys (exact in f32 and bf16, so are the scores): dims 0..Dqk-2 in
+    [-2, 2]; the last key dim (a rope dim: not a value, d_v < Dqk) 48 on every key of even
+    requests, 46..48 on odd ones (groups of keys |q_last| >= 24 apart), 40 on the first 64
+    prefix keys of a prefix > 64 (the first tile's maximum 8 |q_last| >= 192 off the
+    second's); q's last dim +-24..64 per row and head. Scores +-(900..3132): exp overflows
+    (> 709.78) or underflows (< -745) in float64 for every key of every row, so a kernel
+    without max-subtraction returns NaN, inf or -inf everywhere."""
+    b, t, h, dqk = q.shape
+    q[...] = rng.integers(-2, 3, q.shape)
+    kv[...] = rng.integers(-2, 3, kv.shape)
+    q[..., -1] = rng.integers(24, 65, (b, t, h)) * rng.choice([-1, 1], (b, t, h))
+    for r in range(b):
+        kv[r, :, -1] = rng.choice([46, 47, 48], kv.shape[1]) if r % 2 else 48
+        if prefix[r] > 64:
+            kv[r, :64, -1] = 40
+
+
+def _special_masked_extremes(cfg: Config, rng: np.random.Generator, q: np.ndarray, kv: np.ndarray,
+                             vis: np.ndarray, prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """Integer q and keys in [-1, 1] except the last key dim (a rope dim): +450 ("hot") on
+    about 80% of the tree's leaves (the last slot, always a leaf, included), -450 ("cold") on
+    every other key: the prefix, the root, inner slots; q's last dim +1 on even heads, -1 on
+    odd ones. On even heads the row of an inner slot sees only cold keys (its ancestors and
+    the prefix), scoring near -450, while masked hot keys score near +450: a maximum over all
+    keys instead of the visible ones is 870 or more above every visible score, whose weights
+    then underflow even in float64. Leaf rows see their own hot key."""
+    b, t, h, dqk = q.shape
+    q[...] = rng.integers(-1, 2, q.shape)
+    kv[...] = rng.integers(-1, 2, kv.shape)
+    q[..., -1] = np.where(np.arange(h) % 2 == 0, 1, -1)
+    for r in range(b):
+        pl, tl = int(prefix[r]), int(tree_len[r])
+        leaf = vis[r, :tl, :tl].sum(axis=0) == 1  # seen by no row but its own
+        hot = leaf & (rng.random(tl) < 0.8)
+        hot[0] = False
+        hot[tl - 1] = tl > 1
+        kv[r, :, -1] = -450
+        kv[r, pl : pl + tl, -1] = np.where(hot, 450, -450)
+
+
+# no_visible_key: per request, (rows whose tree visibility is cleared, rows that lose column 0).
+NO_KEY_ROWS: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((2, 5), (3,)),  # prefix 0: two empty rows, one row that does not see the root
+    ((0, 6), (1, 2, 3, 4, 5)),  # prefix 0: the root row empty; no other row sees the root
+    ((4, 8), (1, 2, 3, 5, 6, 7)),  # prefix 0: likewise, with the empty rows deeper
+    ((1, 2), (3,)),  # prefix 5: rows with no tree key still see the prefix (not empty)
+    ((0,), ()),  # prefix 0, tree_len 1, visibility [[0]]: issue 10's input
+)
+
+
+def _special_no_visible_key(cfg: Config, rng: np.random.Generator, q: np.ndarray, kv: np.ndarray,
+                            vis: np.ndarray, prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """NO_KEY_ROWS applied to the tree masks (inside the valid square; the poison outside it
+    stays 1, so a kernel that reads it sees a key that is not there)."""
+    if q.shape[0] != len(NO_KEY_ROWS):
+        raise ValueError(f"no_visible_key: batch must be {len(NO_KEY_ROWS)}")
+    for r, (empty, no_root) in enumerate(NO_KEY_ROWS):
+        tl = int(tree_len[r])
+        if max(empty + no_root) >= tl:
+            raise ValueError(f"no_visible_key: request {r} needs tree_len > {max(empty + no_root)}")
+        for i in no_root:
+            vis[r, i, 0] = 0
+        for i in empty:
+            vis[r, i, :tl] = 0
+
+
+SPECIAL_KINDS = {
+    "huge_scores": _special_huge_scores,
+    "masked_extremes": _special_masked_extremes,
+    "no_visible_key": _special_no_visible_key,
+    "finite_padding": None,  # no change to the data; q's padding rows are left finite (synth)
+}
+
+
 def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     b, t = cfg.batch, cfg.slots
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
@@ -199,7 +308,15 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     vis = np.zeros((b, t, t), np.uint8)
     for r in range(b):
         vis[r] = _tree(cfg, rng, int(tree_len[r]) - 1)
-    poison(q, kv, vis, prefix, tree_len)
+    if cfg.special:
+        if cfg.special not in SPECIAL_KINDS:
+            raise ValueError(f"special {cfg.special!r} not in {tuple(SPECIAL_KINDS)}")
+        if cfg.special in ("huge_scores", "masked_extremes") and cfg.d_v >= cfg.dqk:
+            raise ValueError(f"{cfg.special}: the last key dim must not be a value dim (d_v < Dqk)")
+        fill = SPECIAL_KINDS[cfg.special]
+        if fill is not None:
+            fill(cfg, rng, q, kv, vis, prefix, tree_len)
+    poison(None if cfg.special == "finite_padding" else q, kv, vis, prefix, tree_len)
     scale = cfg.sm_scale or cfg.dqk**-0.5
     x = {
         "q": q,

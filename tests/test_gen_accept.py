@@ -18,9 +18,9 @@ from kdtr.ops.tree_accept import (
 
 REQUIRED = {
     "default", "mid", "wide", "underfull", "chain", "large_batch", "root_only",
-    "full_accept", "non_first_child", "token_id_zero", "malformed", "negative_token",
+    "full_accept", "non_first_child", "token_id_zero", "malformed", "negative_token", "bad_links", "leaf_siblings",
 }
-DEFECTIVE = {"malformed", "negative_token"}
+DEFECTIVE = {"malformed", "negative_token", "bad_links"}
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +191,168 @@ def test_greedy_step_invalid_rows_reach_negative_token():
     assert (x["expected.tree_accept.proposed"][4:] == -1).all()
     assert x["expected.tree_accept.proposed"][3].tolist() == [x["input.target_predict"][3, 0]] + [-1] * 16
     assert x["expected.tree_accept.accepted_count"][0] > 0
+
+
+# --- issue 10: bad_links and leaf_siblings ------------------------------------------------
+
+
+def request(x, r):
+    """Row r of a golden's inputs as plain arrays (ids, next_token, next_sibling, node_count, target)."""
+    return (x["input.node_token_ids"][r], x["input.next_token"][r], x["input.next_sibling"][r],
+            int(x["input.node_count"][r]), x["input.target_predict"][r])
+
+
+def followed_links(ids, nt, ns, n, tp):
+    """(every link value the contract's walk reads, in order, up to the first bad one; the
+    slots accepted before it)."""
+    seen, cur, accepted = [], 0, 0
+    while True:
+        c, found = int(nt[cur]), -1
+        while True:
+            seen.append(c)
+            if c == -1:
+                break
+            if c < 1 or c > n:
+                return seen, accepted
+            if ids[c] == tp[cur]:
+                found = c
+                break
+            c = int(ns[c])
+        if found == -1:
+            return seen, accepted
+        cur, accepted = found, accepted + 1
+
+
+def buggy_walk(ids, nt, ns, n, tp, bug):
+    """(accepted_count, path, status) of a walk with one of issue 10's bugs:
+    ``gt0`` (``while (c > 0)``, range check kept), ``ge0`` (``while (c >= 0)``), ``in_range``
+    (``while (c > 0 && c <= node_count)``: any bad link ends the list), ``leaf_next`` (at an
+    accepted leaf, accept its next sibling if that matches), ``own_list`` (when no child of
+    an accepted slot matches, scan the rest of its own sibling list)."""
+    ends = {"gt0": lambda c: c <= 0, "ge0": lambda c: c < 0,
+            "in_range": lambda c: c <= 0 or c > n}.get(bug, lambda c: c == -1)
+    cur, path, visits = 0, [0], 0
+    while True:
+        c, found = int(nt[cur]), -1
+        while not ends(c):
+            if c < 1 or c > n:
+                return 0, [0], 2
+            visits += 1
+            if visits > n:
+                return 0, [0], 3
+            if ids[c] == tp[cur]:
+                found = c
+                break
+            c = int(ns[c])
+        if found == -1 and cur != 0 and bug == "leaf_next" and nt[cur] == -1:
+            s = int(ns[cur])
+            if 1 <= s <= n and ids[s] == tp[cur]:
+                found = s
+        if found == -1 and cur != 0 and bug == "own_list":
+            s = int(ns[cur])
+            while 1 <= s <= n:
+                if ids[s] == tp[cur]:
+                    found = s
+                    break
+                s = int(ns[s])
+        if found == -1:
+            return len(path) - 1, path, 0
+        path.append(found)
+        cur = found
+
+
+def test_bad_links_every_value_and_place_is_a_bad_index(goldens):
+    x = goldens["bad_links"][0]
+    status = x["expected.status"].tolist()
+    assert status[0] == STATUS_BAD_INDEX and status[1] == STATUS_OK
+    assert status[2:] == [STATUS_BAD_INDEX] * (len(status) - 2)
+    t = x["input.node_token_ids"].shape[1]
+    rows = iter(range(2, len(status)))
+    for place in gen.BAD_LINK_PLACES:
+        for v in gen.bad_link_values(t - 5, t):
+            r = next(rows)
+            ids, nt, ns, n, tp = request(x, r)
+            assert n == t - 5 and n < t - 2  # T - 1 is a slot of the row past node_count
+            links, accepted = followed_links(ids, nt, ns, n, tp)
+            assert links[-1] == v and links.count(v) == 1, (place, v, links)  # the walk stops at the bad link
+            assert accepted == {"root": 0, "accepted": 1}.get(place.split("_")[0]) or (
+                place == "accepted_leaf_next_token" and accepted == 2), (place, v, accepted)
+            in_next_token = place.endswith("next_token")
+            assert v in (nt if in_next_token else ns)[: n + 1], (place, v)
+            if place.endswith("first_sibling"):
+                assert len(links) == 2  # the root's first child, then its bad sibling link
+            if place.endswith("mid_sibling") or place.endswith("last_sibling"):
+                assert len(links) >= 3
+    with pytest.raises(StopIteration):
+        next(rows)
+    bad = np.array(status) != STATUS_OK
+    assert (x["expected.accepted_count"][bad] == 0).all() and (x["expected.proposed"][bad] == -1).all()
+
+
+@pytest.mark.parametrize("bug", ["gt0", "ge0", "in_range"])
+def test_bad_links_kill_walks_that_end_a_list_at_a_bad_link(goldens, bug):
+    """Each bug answers status 0 on some rows of bad_links; on every row where it answers at
+    all differently, the golden's exact status comparison fails it."""
+    x = goldens["bad_links"][0]
+    wrong = [r for r in range(len(x["expected.status"]))
+             if buggy_walk(*request(x, r), bug)[2] != x["expected.status"][r]]
+    assert wrong, bug
+    assert buggy_walk(*request(x, 0), "gt0")[2] == STATUS_OK  # issue 10's input: 0 read as "no sibling"
+    t = x["input.node_token_ids"].shape[1]
+    values = gen.bad_link_values(t - 5, t)
+    cells = [(place, v) for place in gen.BAD_LINK_PLACES for v in values]  # rows 2, 3, ...
+    expect = {"gt0": {v for v in values if v <= 0}, "ge0": {v for v in values if v < 0}, "in_range": set(values)}[bug]
+    # every place, for every value the bug misreads
+    assert {cells[r - 2] for r in wrong if r >= 2} == {(p, v) for p, v in cells if v in expect}
+
+
+def test_leaf_siblings_rows(goldens):
+    x = goldens["leaf_siblings"][0]
+    assert (x["expected.status"] == STATUS_OK).all()
+    count, path, proposed = x["expected.accepted_count"], x["expected.accepted_path"], x["expected.proposed"]
+    assert count.tolist()[:10] == [1, 1, 2, 1, 1, 1, 1, 2, 4, 1]
+    for r in range(len(count)):
+        ids, nt, ns, n, tp = request(x, r)
+        par = {c: p for p in range(n + 1) for c in [int(nt[p])] if c != -1}
+        for p in range(n + 1):  # parent of every live child, through the sibling links
+            c = int(nt[p])
+            while 1 <= c <= n:
+                par[c] = p
+                c = int(ns[c])
+        last = int(path[r, count[r]])
+        bonus = int(proposed[r, count[r]])
+        assert bonus == tp[last]
+        sibs = [c for c, p in par.items() if p == par[last] and c != last]
+        uncles = [c for c, p in par.items() if p == par.get(par[last], -2) and c != par[last]]
+        if r == 9:
+            assert ids[last] == bonus  # predicts its own token
+        elif r == 6:
+            assert not 1 <= ns[last] <= n  # a broken sibling link the walk never follows
+        else:
+            assert bonus in [int(ids[c]) for c in sibs + uncles], r
+        kids = [c for c, p in par.items() if p == last]
+        assert bonus not in [int(ids[c]) for c in kids]  # so the walk stops at `last`
+    # rows 10..: random trees, the bonus token is a sibling's, later and earlier ones
+    later = earlier = 0
+    for r in range(10, len(count)):
+        ids, nt, ns, n, tp = request(x, r)
+        last = int(path[r, count[r]])
+        s, after = int(ns[last]), []
+        while 1 <= s <= n:
+            after.append(int(ids[s]))
+            s = int(ns[s])
+        later += int(proposed[r, count[r]]) in after
+        earlier += int(proposed[r, count[r]]) not in after
+    assert later >= 3 and earlier >= 3
+
+
+@pytest.mark.parametrize("bug", ["leaf_next", "own_list"])
+def test_leaf_siblings_kill_walks_that_go_on_into_siblings(goldens, bug):
+    x = goldens["leaf_siblings"][0]
+    wrong = []
+    for r in range(len(x["expected.status"])):
+        n_acc, path, st = buggy_walk(*request(x, r), bug)
+        if n_acc != x["expected.accepted_count"][r]:
+            wrong.append(r)
+    assert 0 in wrong or bug == "own_list"
+    assert len(wrong) >= 5, (bug, wrong)

@@ -13,7 +13,7 @@ from kdtr.ops.tree_build import STATUS_NAMES
 
 REQUIRED = {
     "default", "mid", "wide", "deep", "underfull", "chain", "ties", "root_only", "mixed", "token_id_zero",
-    "large_batch", "invalid",
+    "large_batch", "invalid", "near_ties",
 }
 
 
@@ -97,3 +97,89 @@ def test_second_tier_is_generated_on_demand_and_hash_checked(repo_root, tmp_path
     path.unlink()
     with pytest.raises(ValueError, match="does not match its manifest"):
         goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")
+
+
+# --- issue 10: near_ties ----------------------------------------------------------------------
+
+
+def best_first(lp, ids, budget, depth_limit, sibling):
+    """(tokens, parents) of slots 1..n, built with a plain list (no heap) and the sibling
+    score ``sibling(w, lp[d-1][r], lp[d-1][r+1])``; child w + lp[d][0]; the best candidate is
+    the largest w, then the smallest rank path (a path before its own extensions). An
+    independent re-implementation of kdtr/ops/tree_build.py's builder, to replay bugs."""
+    lp = lp.astype(np.float64).tolist()
+    k = len(lp[0])
+    cands = [(lp[0][0], (0,), 1, 0, 0)] if budget > 0 and depth_limit > 0 else []
+    tokens, parents = [], []
+    while cands and len(tokens) < budget:
+        best = min(cands, key=lambda c: (-c[0], c[1]))
+        cands.remove(best)
+        w, path, d, r, p = best
+        tokens.append(int(ids[d - 1][r]))
+        parents.append(p)
+        if r + 1 < k:
+            cands.append((sibling(w, lp[d - 1][r], lp[d - 1][r + 1]), path[:-1] + (r + 1,), d, r + 1, p))
+        if d < depth_limit:
+            cands.append((w + lp[d][0], path + (0,), d + 1, 0, len(tokens)))
+    return tokens, parents
+
+
+RIGHT = lambda w, a, b: (w - a) + b  # noqa: E731  (the contract)
+WRONG = {
+    "swap": lambda w, a, b: (w + b) - a,  # issue 10, survivor 3
+    "diff": lambda w, a, b: w + (b - a),
+}
+
+
+def requests(g):
+    x = {k[len("input."):]: v for k, v in g.items() if k.startswith("input.")}
+    return [(x["top_log_probs"][r], x["top_token_ids"][r], int(x["budget"][r]), int(x["depth_limit"][r]))
+            for r in range(len(x["budget"]))]
+
+
+def test_near_ties_independent_builder_matches_the_golden(gens):
+    g = gens["near_ties"]
+    assert (g["expected.status"] == 0).all()
+    for r, (lp, ids, budget, limit) in enumerate(requests(g)):
+        tokens, parents = best_first(lp, ids, budget, limit, RIGHT)
+        n = len(tokens)
+        assert g["expected.node_count"][r] == n
+        assert g["expected.node_token_ids"][r, 1 : n + 1].tolist() == tokens
+        assert g["expected.parents"][r, 1 : n + 1].tolist() == parents
+
+
+@pytest.mark.parametrize("how", sorted(WRONG))
+def test_near_ties_kill_other_sibling_score_evaluations(gens, how):
+    """A builder that evaluates the sibling score in another order builds another tree on
+    many requests of near_ties (so the golden's exact comparison fails it); request 0 is
+    issue 10's input."""
+    g = gens["near_ties"]
+    reqs = requests(g)
+    differ = [r for r, (lp, ids, b, d) in enumerate(reqs)
+              if best_first(lp, ids, b, d, WRONG[how]) != best_first(lp, ids, b, d, RIGHT)]
+    assert len(differ) >= len(reqs) // 3, (how, differ)
+    if how == "swap":
+        assert 0 in differ
+
+
+def test_near_ties_kill_float32_scores(gens):
+    from generators.gen_tree_build_refs import grow_scored
+
+    g = gens["near_ties"]
+    differ = [r for r, (lp, ids, b, d) in enumerate(requests(g)) if grow_scored(lp, ids, b, d, "f32")
+              != grow_scored(lp, ids, b, d)]
+    assert len(differ) >= len(requests(g)) // 2
+
+
+def test_near_ties_inputs(gens):
+    g = gens["near_ties"]
+    lp = g["input.top_log_probs"]
+    assert np.isfinite(lp).all() and (lp[..., :-1] >= lp[..., 1:]).all()
+    for v in (-1e-12, -1e-30, -(2.0**-40), -0.3, -1.7):
+        assert (lp == np.float32(v)).any(), v
+    tiny = lp[(lp < 0) & (lp > -np.finfo(np.float32).tiny)]  # f32 subnormals
+    assert tiny.size > 0
+    ids = g["input.top_token_ids"]
+    assert all(len(set(row.tolist())) == len(row) for row in ids.reshape(-1, ids.shape[-1]))
+    # exact ties between different rank paths exist (mathematically equal scores)
+    assert (lp[:, :, :-1] == lp[:, :, 1:]).any()
