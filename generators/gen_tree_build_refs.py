@@ -56,6 +56,10 @@ CONFIGS: dict[str, Config] = {
     ),
     "invalid": Config("NaN, -inf, unsorted, duplicate id, negative id, budget and depth_limit out of range",
                       2013, 10, 6, 6, 32, kind="invalid"),
+    "status_precedence": Config("several defects in one request: the first status of the contract's order wins "
+                                "(ranges before rows, a later NaN before an earlier unsorted pair, -inf at rank 0, "
+                                "duplicate before negative, budget 0 still validated)",
+                                2015, 12, 6, 6, 32, kind="precedence"),
     "near_ties": Config("tiny log-probs (-1e-12, -1e-30, -2^-40, f32 subnormals) beside ordinary ones (-0.3, -1.7, "
                         "...): scores that tie or nearly tie, whose order depends on evaluating the sibling score "
                         "exactly as (w - lp[r]) + lp[r+1] and the child score as w + lp[d][0] in float64",
@@ -154,6 +158,31 @@ def _synth_invalid(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarra
     return x
 
 
+# status_precedence: (request, expected status) -- checked by tests/test_gen_tree_build.py.
+PRECEDENCE_STATUS = (1, 1, 2, 3, 3, 5, 5, 4, 3, 3, 0, 6)
+
+
+def _synth_precedence(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = _base(cfg, rng)
+    lp, ids, budget, limit = x["top_log_probs"], x["top_token_ids"], x["budget"], x["depth_limit"]
+    budget[0], limit[0] = cfg.budget + 1, cfg.depth + 1  # BAD_BUDGET and BAD_DEPTH_LIMIT: 1
+    budget[1], lp[1, 0, 2] = -1, np.nan  # BAD_BUDGET and a NaN: 1 (ranges before rows)
+    limit[2], lp[2, 1, 1] = -1, np.nan  # BAD_DEPTH_LIMIT and a NaN: 2
+    lp[3, 0, 1], lp[3, 0, 2] = -9.0, -1.0  # UNSORTED in row 0 ...
+    lp[3, 4, 3] = np.nan  # ... and a NaN in a later row: 3
+    lp[4, 2, 0] = -np.inf  # -inf at rank 0 (also "smaller than its successor"): 3
+    ids[5, 3, 4] = ids[5, 3, 1]  # DUPLICATE_ID in row 3 ...
+    ids[5, 1, 0] = -3  # ... and NEGATIVE_ID in an earlier row: 5
+    ids[6, 2, 2] = ids[6, 2, 5] = -4  # one id both duplicated and negative: 5
+    lp[7, 5, 0], lp[7, 5, 1] = -8.0, -2.0  # UNSORTED in the last row ...
+    ids[7, 0, 3] = ids[7, 0, 0]  # ... and DUPLICATE_ID in the first: 4
+    budget[8], lp[8, 2, 4] = 0, np.nan  # budget 0 still validates the rows: 3
+    limit[9], lp[9, 2, 5] = 3, np.inf  # +inf in the last checked row (depth_limit 3): 3
+    limit[10], lp[10, 3, 0], ids[10, 4, 1] = 3, np.nan, -5  # defects only past the depth limit: 0
+    budget[11], ids[11, 5, 5] = 0, -1  # budget 0, a negative id in the last row: 6
+    return x
+
+
 # near_ties pools: tiny log-probs (absorbed by an ordinary score, or not quite: -1e-12 and -3e-9
 # move a float64 sum of ordinary values by thousands of ulps, so the order of the two additions of
 # a sibling score decides its last bits) and ordinary ones, repeated so that different rank paths
@@ -241,6 +270,7 @@ _SYNTH: dict[str, Callable[[Config, np.random.Generator], dict[str, np.ndarray]]
     "zero": _synth_zero,
     "invalid": _synth_invalid,
     "near_ties": _synth_near_ties,
+    "precedence": _synth_precedence,
 }
 
 

@@ -183,3 +183,15 @@ def test_near_ties_inputs(gens):
     assert all(len(set(row.tolist())) == len(row) for row in ids.reshape(-1, ids.shape[-1]))
     # exact ties between different rank paths exist (mathematically equal scores)
     assert (lp[:, :, :-1] == lp[:, :, 1:]).any()
+
+
+def test_status_precedence_golden_holds_the_first_status_of_the_contract_order(repo_root):
+    """Each request of tree_build/status_precedence has several defects; the status is the
+    first of the contract's order (docs/ops/tree_build.md), in the reference and the file."""
+    import kdtr
+    from generators import gen_tree_build_refs as g
+
+    tensors, _ = g.generate("status_precedence")
+    assert tuple(int(s) for s in tensors["expected.status"]) == g.PRECEDENCE_STATUS
+    with kdtr.load(repo_root / "golden" / "tree_build" / "status_precedence.kdtr") as f:
+        assert tuple(int(s) for s in f.tensors["expected.status"]) == g.PRECEDENCE_STATUS
