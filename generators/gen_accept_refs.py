@@ -39,7 +39,7 @@ class Config:
     depth: int = 8
     topk: int = 8
     kind: str = "random"  # random | underfull | chain | root_only | full_accept | non_first | zero | malformed
-    #                       | negative | bad_links | leaf_siblings
+    #                       | negative | bad_links | leaf_siblings | wide_ids
     tier: str = "committed"
 
 
@@ -62,6 +62,9 @@ CONFIGS: dict[str, Config] = {
                         "INT32_MIN, node_count+1, T-1 > node_count, T, INT32_MAX) at the root, at the start, middle and "
                         "end of a sibling list and after one or two acceptances: status 2 BAD_INDEX", 1013, 51, 16,
                         depth=4, topk=4, kind="bad_links"),
+    "wide_token_ids": Config("token ids beyond int32 (2^31, 2^32, 2^40, 2^62 offsets): a prediction equal to a "
+                             "child's id only in the low 32 bits must stop the walk", 1015, 8, 32, depth=6, topk=4,
+                             kind="wide_ids"),
     "leaf_siblings": Config("accepted leaves (and accepted nodes with no matching child) whose siblings, later or "
                             "earlier, or uncle carry the bonus token: the walk must stop there", 1014, 20, 16, depth=5,
                             topk=4, kind="leaf_siblings"),
@@ -435,6 +438,30 @@ def _synth_leaf_siblings(cfg: Config, rng: np.random.Generator, t: int) -> dict[
     return _batch([r[0] for r in rows], [r[1] for r in rows])
 
 
+WIDE_ID_OFFSETS = (2**32, 2**40, 2**62, 2**31)
+
+
+def _synth_wide_ids(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+    """Full-accept walks whose ids all carry a large offset; odd rows change the prediction
+    at one step only in bit 33, so a walk comparing ids narrowed to 32 bits accepts on."""
+    trees, targets = [], []
+    for r in range(cfg.batch):
+        tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
+        deepest = int(np.flatnonzero(tree.depths == tree.depths.max())[-1])
+        path = path_to(tree, deepest)
+        target = _follow_path(rng, tree, path)
+        live = slice(0, tree.node_count + 1)
+        hi = WIDE_ID_OFFSETS[r % len(WIDE_ID_OFFSETS)]
+        tree.token_ids[live] += hi
+        target[live] += hi
+        if r % 2 == 1:
+            k = 1 + (r // 2) % (len(path) - 1)
+            target[path[k - 1]] = int(tree.token_ids[path[k]]) ^ (1 << 33)
+        trees.append(tree)
+        targets.append(target)
+    return _batch(trees, targets)
+
+
 _SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "underfull": _synth_underfull,
@@ -447,6 +474,7 @@ _SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndar
     "negative": _synth_negative,
     "bad_links": _synth_bad_links,
     "leaf_siblings": _synth_leaf_siblings,
+    "wide_ids": _synth_wide_ids,
 }
 
 

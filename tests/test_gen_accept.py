@@ -65,6 +65,8 @@ def test_well_formed_configs_have_real_tokens_in_live_slots(goldens):
         for key in ("input.node_token_ids", "input.target_predict"):
             v = t(goldens, name, key)
             live = np.array([v[b, s] for b, s in live_slots(goldens, name)])
+            if name == "wide_token_ids":  # ids beyond int32: VOCAB ids plus an offset (and bit 33)
+                live = live & (2**31 - 1)
             assert ((live >= 0) & (live <= gen.VOCAB)).all(), (name, key)
 
 
@@ -356,3 +358,33 @@ def test_leaf_siblings_kill_walks_that_go_on_into_siblings(goldens, bug):
             wrong.append(r)
     assert 0 in wrong or bug == "own_list"
     assert len(wrong) >= 5, (bug, wrong)
+
+
+def test_wide_token_ids_golden_catches_ids_narrowed_to_32_bits(repo_root):
+    """tree_accept/wide_token_ids: ids beyond int32; in odd rows a prediction equals a
+    child's id only in the low 32 bits. A walk comparing narrowed ids accepts more there."""
+    import kdtr
+    import numpy as np
+    from generators import gen_accept_refs as g
+
+    def accepted(x, b, narrow):
+        ids, nt, ns, want = (x[k][b] for k in ("node_token_ids", "next_token", "next_sibling", "target_predict"))
+        eq = (lambda a, c: (int(a) & 0xFFFFFFFF) == (int(c) & 0xFFFFFFFF)) if narrow else (lambda a, c: a == c)
+        cur, n = 0, 0
+        while True:
+            c = int(nt[cur])
+            while c != -1 and not eq(ids[c], want[cur]):
+                c = int(ns[c])
+            if c == -1:
+                return n
+            cur, n = c, n + 1
+
+    tensors, _ = g.generate("wide_token_ids")
+    x = {k[len("input."):]: v for k, v in tensors.items() if k.startswith("input.")}
+    assert (x["node_token_ids"][:, 1:][x["node_token_ids"][:, 1:] >= 0] >= 2**31).all()
+    for b in range(len(x["node_count"])):
+        right = accepted(x, b, narrow=False)
+        assert right == int(tensors["expected.accepted_count"][b])
+        assert (accepted(x, b, narrow=True) > right) == (b % 2 == 1), b
+    with kdtr.load(repo_root / "golden" / "tree_accept" / "wide_token_ids.kdtr") as f:
+        assert np.array_equal(f.tensors["expected.accepted_count"], tensors["expected.accepted_count"])
