@@ -404,16 +404,16 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
         fail_usage("no mutant selected (check --only and --catalogue/--generic)")
         return
     t0 = time.monotonic()
+    runner.install_signal_handlers()  # from here SIGTERM / SIGHUP raise runner.Terminated
     with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
         try:
-            console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
-            ws = mut.Workspace(root, Path(tmp), cxxflags)
-            plan = mut.prepare(root, gdir, ws, registry=generators.REGISTRY)
-        except (RuntimeError, runner.UsageError) as exc:
-            fail_usage(printable(str(exc)))
-            return
-        runner.install_signal_handlers()
-        try:
+            try:
+                console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
+                ws = mut.Workspace(root, Path(tmp), cxxflags)
+                plan = mut.prepare(root, gdir, ws, registry=generators.REGISTRY)
+            except (RuntimeError, runner.UsageError) as exc:
+                fail_usage(printable(str(exc)))
+                return
             with Progress(TextColumn("[bold]kdtr mutate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           TextColumn("{task.description}"), console=console, transient=True) as progress:
                 task = progress.add_task("", total=len(mutants))
@@ -428,9 +428,12 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
                 results = mut.run([m for m in mutants if m.id not in generic_ids], ws, plan, jobs, done)
                 results += mut.run([m for m in mutants if m.id in generic_ids], ws, plan, jobs, done,
                                    own_op_only=True)
-        except runner.Terminated as exc:
-            click.echo(f"kdtr: {exc.args[0]}: mutation run stopped; no report written", err=True)
-            sys.exit(128 + exc.signum)
+        except (runner.Terminated, KeyboardInterrupt) as exc:
+            mut.stop_builds()
+            signum = exc.signum if isinstance(exc, runner.Terminated) else 2
+            click.echo(f"kdtr: {exc.args[0] if exc.args else 'SIGINT'}: mutation run stopped, its builds killed; "
+                       "no report written", err=True)
+            sys.exit(128 + signum)
     env = report.environment()
     env["commit"] = report.git_commit(root)
     env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])

@@ -38,6 +38,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -329,11 +330,38 @@ class MutantResult:
                 "seconds": round(self.seconds, 2)}
 
 
+_ACTIVE: set[subprocess.Popen] = set()
+_ACTIVE_LOCK = threading.Lock()
+_STOP = threading.Event()  # set when a run is interrupted: start no more builds
+
+
 def _make(cwd: Path, targets: list[str], cxxflags: str | None) -> subprocess.CompletedProcess:
     cmd = ["make", "-s", "NO_CUDA=1", "BUILD=build", *targets]
     if cxxflags is not None:
         cmd.append(f"CXXFLAGS={cxxflags}")
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    with _ACTIVE_LOCK:
+        if _STOP.is_set():
+            raise runner.Terminated(signal.SIGTERM)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # its own group: killed whole on interruption
+        _ACTIVE.add(proc)
+    try:
+        out, err = proc.communicate()
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def stop_builds() -> None:
+    """Kill every running mutant build and start no more (an interrupted run)."""
+    with _ACTIVE_LOCK:
+        _STOP.set()
+        for proc in list(_ACTIVE):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _digest(path: Path) -> str:
@@ -493,8 +521,17 @@ def run(mutants: list[Mutant], ws: Workspace, plan: Plan, jobs: int,
             on_done(r)
         return r
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, mutants))
+    _STOP.clear()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        futures = [pool.submit(one, m) for m in mutants]
+        results = [f.result() for f in futures]
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued mutants, kill the builds
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_builds()
+        raise
+    pool.shutdown(wait=True)
+    return results
 
 
 # ---------------------------------------------------------------------------------------

@@ -221,3 +221,35 @@ def test_a_failing_unmutated_build_stops_the_run(tmp_path):
     assert res.exit_code == 2
     assert "unmutated cpu build does not pass tree_accept/default@cpu" in res.output
     assert not (tmp_path / "r" / "mutation.json").exists()
+
+
+def test_sigterm_stops_the_run_promptly_and_writes_no_report(tmp_path):
+    """SIGTERM while mutants build: queued mutants dropped, builds killed, exit 128 + 15."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    mut.Workspace(REPO_ROOT, tmp_path)  # the cached unmutated build, so the run reaches the mutants at once
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "tree_accept.toml").write_text("\n".join(
+        f'[[mutant]]\nname = "m{i}"\nop = "tree_accept"\nfile = "{TA}"\nbug = "b"\norigin = "o"\n'
+        f"find = '''int32_t accepted = 0;'''\nreplace = '''int32_t accepted = {i} - {i};'''\n" for i in range(1, 9)))
+    gdir = tmp_path / "golden"  # one golden: the run is among the mutant builds within a second or two
+    (gdir / "tree_accept").mkdir(parents=True)
+    shutil.copy2(REPO_ROOT / "golden" / "tree_accept" / "default.kdtr", gdir / "tree_accept" / "default.kdtr")
+    goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
+    rdir = tmp_path / "reports"
+    proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "mutate", "--catalogue-dir", str(cat), "-j", "1",
+                             "--golden-dir", str(gdir), "--report-dir", str(rdir)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    time.sleep(6)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert time.monotonic() - t0 < 20, out  # 8 mutants at ~10 s each would take far longer
+    assert "mutation run stopped" in out
+    assert not (rdir / "mutation.json").exists()
