@@ -466,6 +466,11 @@ def run_mutant(m: Mutant, ws: Workspace, plan: Plan, ops: list[str] | None = Non
         if r.returncode != 0:
             err = next((ln for ln in r.stderr.splitlines() if "error" in ln), r.stderr.strip()[-300:])
             return MutantResult(m, STILLBORN, detail=err.strip()[:300], seconds=time.monotonic() - t0)
+        stale = [op for op in ops if (d / "build" / "bin" / f"kdtr_{op}").stat().st_mtime_ns
+                 <= (ws.base / "build" / "bin" / f"kdtr_{op}").stat().st_mtime_ns]
+        if stale:  # never call a mutant equivalent because make skipped its rebuild
+            return MutantResult(m, STILLBORN, detail=f"kdtr_{stale[0]} was not rebuilt after the edit",
+                                seconds=time.monotonic() - t0)
         changed = [op for op in ops if _digest(d / "build" / "bin" / f"kdtr_{op}") != ws.digests[op]]
         if not changed:
             return MutantResult(m, IDENTICAL, detail="rebuilt binaries byte-identical",
