@@ -446,6 +446,8 @@ def _run_cases(cases: list[runner.Case], bin_dir: Path, out_dir: Path, plan: Pla
                                timeout=plan.timeouts.get(c, 60.0))
         out_dir.mkdir(parents=True, exist_ok=True)
         results.append(runner.run_case(c, cfg))
+        if results[-1].status == Status.TIMEOUT:
+            break  # the mutant hangs: killed; its other goldens would each cost the full time limit
     return results
 
 
