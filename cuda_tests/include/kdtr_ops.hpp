@@ -426,9 +426,10 @@ class Outputs : public TensorList {
 };
 
 // OUT: the outputs in declaration order, with metadata op, config (the golden's, as is),
-// backend, device and, where given, kernel.
+// backend, device and, where given, kernel and further int entries (`extra`).
 inline void write_outputs(const cli::Args& args, const File& golden, const char* op, const TensorList& out,
-                          const std::string* kernel = nullptr) {
+                          const std::string* kernel = nullptr,
+                          const std::vector<std::pair<std::string, int64_t>>& extra = {}) {
   Writer w;
   for (const Tensor& t : out.all()) w.add(t.name, t.dtype, t.shape, t.data, static_cast<size_t>(t.nbytes));
   w.set_metadata("op", op);
@@ -436,6 +437,7 @@ inline void write_outputs(const cli::Args& args, const File& golden, const char*
   w.set_metadata("backend", args.backend);
   w.set_metadata("device", cli::device_name(args));
   if (kernel != nullptr) w.set_metadata("kernel", *kernel);
+  for (const auto& kv : extra) w.set_metadata(kv.first, kv.second);
   w.write(args.output);
 }
 
@@ -609,18 +611,31 @@ void run_cuda(const cli::Args& args, const Device& dev, const Outputs& host_out,
   KDTR_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// tree_build's shared memory for p.N and p.D on `device`: exit 3 when it exceeds what the
-// device allows ("backend cuda not supported: <who>N = ..."), else raise the kernel's limit.
-inline void configure_tree_build(const TreeBuildParams& p, int device, const std::string& who) {
-  const size_t smem = tree_build_smem_bytes(p.N, p.D);
-  size_t smem_max = 0;
-  KDTR_CUDA_CHECK(tree_build_smem_available(device, &smem_max));
-  if (smem > smem_max)
+// tree_build's build kernel for `want` (TREE_BUILD_KERNEL_AUTO, _HEAP or _SELECT) on
+// `device`, with its shared memory for p.N and p.D raised: AUTO is the select kernel
+// where its shared memory fits, else the heap kernel.  Exit 3 ("backend cuda not supported:
+// <who>N = ...") when the chosen (or forced) kernel needs more than the device allows.
+// Returns the kernel to put in TreeBuildParams::kernel.
+inline int32_t configure_tree_build(const TreeBuildParams& p, int32_t want, int device, const std::string& who) {
+  auto fits = [&](int32_t k, size_t* need, size_t* have) {
+    *need = tree_build_smem_bytes(p.N, p.D, k);
+    KDTR_CUDA_CHECK(tree_build_smem_available(device, k, have));
+    return *need <= *have;
+  };
+  size_t need = 0, have = 0;
+  int32_t k = want == TREE_BUILD_KERNEL_HEAP ? TREE_BUILD_KERNEL_HEAP : TREE_BUILD_KERNEL_SELECT;
+  if (!fits(k, &need, &have) && want == TREE_BUILD_KERNEL_AUTO) {
+    k = TREE_BUILD_KERNEL_HEAP;
+    fits(k, &need, &have);
+  }
+  if (need > have)
     cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: " + who + "N = " + std::to_string(p.N) +
-                                          ", D = " + std::to_string(p.D) + " needs " + std::to_string(smem) +
-                                          " bytes of shared memory per block, device " + std::to_string(device) +
-                                          " allows " + std::to_string(smem_max));
-  KDTR_CUDA_CHECK(tree_build_configure(smem));
+                                          ", D = " + std::to_string(p.D) + ": the " +
+                                          (k == TREE_BUILD_KERNEL_HEAP ? "heap" : "select") + " kernel needs " +
+                                          std::to_string(need) + " bytes of shared memory per block, device " +
+                                          std::to_string(device) + " allows " + std::to_string(have));
+  KDTR_CUDA_CHECK(tree_build_configure(k, need));
+  return k;
 }
 
 #endif  // KDTR_NO_CUDA

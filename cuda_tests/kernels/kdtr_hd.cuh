@@ -9,3 +9,12 @@
 #else
 #define KDTR_HD
 #endif
+
+// KDTR_HD_TEMPLATE marks a KDTR_HD function template that calls its template argument's
+// members, which are __device__ only for the CUDA instantiation (a block-wide team): nvcc
+// is told not to check the execution space of the instantiation it never runs on the host.
+#if defined(__CUDACC__)
+#define KDTR_HD_TEMPLATE _Pragma("nv_exec_check_disable")
+#else
+#define KDTR_HD_TEMPLATE
+#endif

@@ -1,22 +1,28 @@
-// tree_build.cu -- CUDA kernel and host launcher for tree_build (compiled by nvcc only).
+// tree_build.cu -- CUDA kernels and host launcher for tree_build (compiled by nvcc only).
 //
-// Contract: docs/ops/tree_build.md.  The per-request pieces (validation, the best-first
-// builder, the node rows) are kdtr::tree_build_* from tree_build.cuh, shared with the CPU
-// backend.  One block of 256 threads per request, in four phases separated by barriers:
+// Contract: docs/ops/tree_build.md.  The per-request pieces (validation, the heap build,
+// the select build, the node rows) are kdtr::tree_build_* / tree_select_* from
+// tree_build.cuh, shared with the CPU backend.  Two launches:
 //
-//   1. all threads: empty slot arrays in shared memory; statuses 3-6 over the checked
-//      rows' elements, striped, reduced with atomicMin to the first failing status
-//   2. thread 0: the best-first loop, the heap and the slot arrays in shared memory
-//      (a chain of dependent compares: one thread is the fastest way to run it)
-//   3. all threads: the five [T] node rows, striped (coalesced)
-//   4. each warp, one visibility row at a time: lane 0 collects the row's ancestors in the
-//      warp's shared buffer, then the 32 lanes write the row as aligned 16-byte chunks
-//      (bytes only at the row's two unaligned ends), so the [T,T] block -- the bulk of the
-//      output, 64 MiB for B = 64, N = 1024 -- streams out at full width.
+//   tree_build_kernel<select>: one block per request.
+//     1. all threads: statuses 3-6 over the checked rows' elements, striped, reduced with
+//        atomicMin to the first failing status
+//     2. select (1024 threads): the select build (tree_select_grow: depth-by-depth
+//        collection above a threshold, block scans for the offsets, a bitonic sort) and its
+//        node rows; where it gives up -- or for the heap kernel (256 threads), or an
+//        invalid request -- thread 0 runs the heap build in shared memory and all threads
+//        write the node rows from its slot arrays
+//   tree_build_visibility_kernel: the [B,T,T] visibility block, one row per warp, spread
+//     over the whole GPU (a request's rows are not tied to its build block): lane 0 walks
+//     the row's root path up the parents output, the 32 lanes store the row as aligned
+//     16-byte chunks (bytes only at the row's two unaligned ends).
 //
-// Shared memory: the heap (N + 1 candidates, 24 B each), five int32 [T] slot arrays and
-// one ancestor buffer per warp; tree_build_smem_bytes() gives the size, which limits N
-// (about 5,200 with the 227 KiB a block may opt into on H100/H200).
+// Shared memory of the build kernel (tree_build_smem_bytes): the heap build's queue (N + 1
+// candidates of 24 B) and slot arrays (5 int32 [T]), and for the select kernel its
+// candidate set (tree_select_set_bytes(tree_select_capacity(N))) in the same bytes.
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include <cstddef>
 #include <cstdint>
@@ -28,24 +34,167 @@ namespace kdtr {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kWarps = kTreeBuildThreads / kWarp;
-static_assert(kTreeBuildThreads % kWarp == 0, "whole warps");
+constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and node rows
+constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team
+constexpr int kVisThreads = 256;                 // visibility kernel
+constexpr int kVisWarps = kVisThreads / kWarp;
+static_assert(kHeapThreads % kWarp == 0, "whole warps");
 static_assert(sizeof(TreeBuildCand) == 24, "heap entry layout");
 
-struct SmemLayout {
-  size_t heap, slots, anc, total;  // byte offsets of the three regions, and the size
-  int64_t anc_len;                 // int32 entries per warp's ancestor buffer
+template <bool kSelect>
+struct BuildThreads {
+  static constexpr int value = kSelect ? kSelectThreads : kHeapThreads;
 };
 
-__host__ __device__ inline SmemLayout smem_layout(int64_t N, int64_t D) {
-  SmemLayout l;
+// The heap build's bytes: queue of N + 1 candidates, then 5 int32 slot arrays of T.
+__host__ __device__ inline size_t heap_bytes(int64_t N) {
+  return sizeof(TreeBuildCand) * static_cast<size_t>(N + 1) + sizeof(int32_t) * 5 * static_cast<size_t>(N + 1);
+}
+
+__host__ __device__ inline size_t build_smem_bytes(int64_t N, bool select) {
+  const size_t heap = heap_bytes(N);
+  if (!select) return heap;
+  const size_t set = tree_select_set_bytes(tree_select_capacity(N));
+  return set > heap ? set : heap;
+}
+
+struct MinOp {
+  template <class V>
+  __device__ V operator()(const V& a, const V& b) const { return b < a ? b : a; }
+};
+struct MaxOp {
+  template <class V>
+  __device__ V operator()(const V& a, const V& b) const { return b > a ? b : a; }
+};
+
+// The CUDA block as the select build's team (operations as TreeSelectSerialTeam): cub
+// block scans and reductions, results broadcast to every thread, a barrier after each so
+// the temporary storage can be reused at once.
+template <int kThreads>
+struct BlockTeam {
+  using Scan = cub::BlockScan<int32_t, kThreads>;
+  using ReduceD = cub::BlockReduce<double, kThreads>;
+  using ReduceI = cub::BlockReduce<int32_t, kThreads>;
+  struct Storage {
+    union {
+      typename Scan::TempStorage scan;
+      typename ReduceD::TempStorage rd;
+      typename ReduceI::TempStorage ri;
+    } u;
+    double d;
+    int32_t i;
+  };
+  Storage& st;
+
+  __device__ int32_t lane() const { return static_cast<int32_t>(threadIdx.x); }
+  __device__ int32_t lanes() const { return kThreads; }
+  __device__ void sync() { __syncthreads(); }
+  __device__ int32_t exclusive_sum(int32_t x, int32_t* total) {
+    int32_t out = 0;
+    Scan(st.u.scan).ExclusiveSum(x, out, *total);
+    __syncthreads();
+    return out;
+  }
+  template <class Op>
+  __device__ double reduce_d(double x, Op op) {
+    const double r = ReduceD(st.u.rd).Reduce(x, op);
+    if (threadIdx.x == 0) st.d = r;
+    __syncthreads();
+    const double all = st.d;
+    __syncthreads();
+    return all;
+  }
+  __device__ double min(double x) { return reduce_d(x, MinOp()); }
+  __device__ double max(double x) { return reduce_d(x, MaxOp()); }
+  __device__ int32_t max_int(int32_t x) {
+    const int32_t r = ReduceI(st.u.ri).Reduce(x, MaxOp());
+    if (threadIdx.x == 0) st.i = r;
+    __syncthreads();
+    const int32_t all = st.i;
+    __syncthreads();
+    return all;
+  }
+  __device__ bool any(bool x) { return __syncthreads_or(x ? 1 : 0) != 0; }
+  __device__ void add(int32_t* p, int32_t v) { atomicAdd(p, v); }
+};
+
+template <bool kSelect>
+__global__ void __launch_bounds__(BuildThreads<kSelect>::value)
+    tree_build_kernel(const float* __restrict__ top_log_probs, const int64_t* __restrict__ top_token_ids,
+                      const int64_t* __restrict__ root_token_ids, const int32_t* __restrict__ budget,
+                      const int32_t* __restrict__ depth_limit, int64_t D, int64_t K, int64_t N,
+                      int32_t* __restrict__ node_count, int64_t* __restrict__ node_token_ids,
+                      int32_t* __restrict__ node_depths, int32_t* __restrict__ parents,
+                      int32_t* __restrict__ next_token, int32_t* __restrict__ next_sibling,
+                      int32_t* __restrict__ status, uint8_t* __restrict__ heap_fallback) {
+  constexpr int kThreads = BuildThreads<kSelect>::value;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int32_t s_defect;  // min over the checked elements of tree_build_check_item
+  __shared__ int32_t s_count;   // node_count, from thread 0's heap build
+
+  const int64_t b = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
   const int64_t T = N + 1;
-  l.anc_len = (D < N ? D : N) + 1;  // a path holds at most min(depth_limit, budget) + 1 slots
-  l.heap = 0;
-  l.slots = l.heap + sizeof(TreeBuildCand) * static_cast<size_t>(N + 1);
-  l.anc = l.slots + sizeof(int32_t) * 5 * static_cast<size_t>(T);
-  l.total = l.anc + sizeof(int32_t) * static_cast<size_t>(kWarps) * static_cast<size_t>(l.anc_len);
-  return l;
+  const float* lp = top_log_probs + b * D * K;
+  const int64_t* ids = top_token_ids + b * D * K;
+  const int32_t req_budget = budget[b];
+  const int32_t req_depth_limit = depth_limit[b];
+  const int64_t row = b * T;
+
+  // Phase 1: validation.
+  if (tid == 0) s_defect = TREE_BUILD_NO_DEFECT;
+  __syncthreads();
+  int32_t st = tree_build_check_ranges(req_budget, req_depth_limit, N, D);
+  if (st == TREE_BUILD_OK) {
+    int32_t worst = TREE_BUILD_NO_DEFECT;
+    const int64_t items = static_cast<int64_t>(req_depth_limit) * K;
+    for (int64_t e = tid; e < items; e += kThreads) {
+      const int32_t s = tree_build_check_item(lp, ids, K, e / K, e % K);
+      worst = s < worst ? s : worst;
+    }
+    if (worst != TREE_BUILD_NO_DEFECT) atomicMin(&s_defect, worst);
+  }
+  __syncthreads();
+  if (st == TREE_BUILD_OK && s_defect != TREE_BUILD_NO_DEFECT) st = s_defect;
+
+  // Phase 2a: the select build, by the whole block (uniform: st and every decision of
+  // tree_select_grow are block-wide values).
+  bool placed = false;
+  int32_t count = 0;
+  if constexpr (kSelect) {
+    __shared__ typename BlockTeam<kThreads>::Storage team_storage;
+    if (st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0) {
+      BlockTeam<kThreads> team{team_storage};
+      const TreeSelectSet set = tree_select_set(smem, tree_select_capacity(N));
+      placed = tree_select_grow(team, lp, K, req_budget, req_depth_limit, set, &count);
+      if (placed)
+        tree_select_node_outputs(team, set, count, ids, K, root_token_ids[b], T, node_token_ids + row,
+                                 node_depths + row, parents + row, next_token + row, next_sibling + row);
+    }
+    __syncthreads();  // the set's last reads before the heap build reuses the bytes
+  }
+
+  // Phase 2b: the heap build, by thread 0, and the node rows from its slot arrays.
+  if (!placed) {
+    TreeBuildCand* heap = reinterpret_cast<TreeBuildCand*>(smem);
+    int32_t* slot_mem = reinterpret_cast<int32_t*>(smem + sizeof(TreeBuildCand) * static_cast<size_t>(N + 1));
+    const TreeBuildSlots slots{slot_mem, slot_mem + T, slot_mem + 2 * T, slot_mem + 3 * T, slot_mem + 4 * T};
+    tree_build_init_slots(slots, T, tid, kThreads);
+    __syncthreads();
+    if (tid == 0)
+      s_count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, req_budget, req_depth_limit, heap, slots) : 0;
+    __syncthreads();
+    count = s_count;
+    for (int64_t i = tid; i < T; i += kThreads)
+      tree_build_node_outputs(i, ids, K, root_token_ids[b], count, slots, node_token_ids + row, node_depths + row,
+                              parents + row, next_token + row, next_sibling + row);
+  }
+  if (tid == 0) {
+    node_count[b] = count;
+    status[b] = st;
+    if (heap_fallback != nullptr)
+      heap_fallback[b] = kSelect && !placed && st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0;
+  }
 }
 
 // Row i of one request's [T,T] visibility block, by the 32 lanes of a warp: byte j is 1
@@ -83,110 +232,86 @@ __device__ inline void write_visibility_row(uint8_t* row, int64_t T, const int32
   }
 }
 
-__global__ void __launch_bounds__(kTreeBuildThreads)
-    tree_build_kernel(const float* __restrict__ top_log_probs, const int64_t* __restrict__ top_token_ids,
-                      const int64_t* __restrict__ root_token_ids, const int32_t* __restrict__ budget,
-                      const int32_t* __restrict__ depth_limit, int64_t D, int64_t K, int64_t N,
-                      int32_t* __restrict__ node_count, int64_t* __restrict__ node_token_ids,
-                      int32_t* __restrict__ node_depths, int32_t* __restrict__ parents,
-                      int32_t* __restrict__ next_token, int32_t* __restrict__ next_sibling,
-                      uint8_t* __restrict__ visibility, int32_t* __restrict__ status) {
+// Visibility rows of all B * T (request, slot) pairs, one warp per row, grid-strided.
+// Rows i > node_count[b] are zero; a row's path is read from the parents output the build
+// kernel wrote (launched before it on the same stream).  Each warp's buffer holds anc_len
+// = min(D, N) + 1 int32 (the longest root path).
+__global__ void __launch_bounds__(kVisThreads)
+    tree_build_visibility_kernel(const int32_t* __restrict__ node_count, const int32_t* __restrict__ parents,
+                                 uint8_t* __restrict__ visibility, int64_t B, int64_t T, int32_t anc_len) {
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int32_t s_defect;  // min over the checked elements of tree_build_check_item
-  __shared__ int32_t s_count;   // node_count, from thread 0's build
-
-  const int64_t b = blockIdx.x;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / kWarp, lane = tid % kWarp;
-  const int64_t T = N + 1;
-  const SmemLayout layout = smem_layout(N, D);
-  TreeBuildCand* heap = reinterpret_cast<TreeBuildCand*>(smem + layout.heap);
-  int32_t* slot_mem = reinterpret_cast<int32_t*>(smem + layout.slots);
-  const TreeBuildSlots slots{slot_mem, slot_mem + T, slot_mem + 2 * T, slot_mem + 3 * T, slot_mem + 4 * T};
-  int32_t* anc = reinterpret_cast<int32_t*>(smem + layout.anc) + warp * layout.anc_len;
-
-  const float* lp = top_log_probs + b * D * K;
-  const int64_t* ids = top_token_ids + b * D * K;
-  const int32_t req_budget = budget[b];
-  const int32_t req_depth_limit = depth_limit[b];
-
-  // Phase 1: empty tree; validation.
-  if (tid == 0) s_defect = TREE_BUILD_NO_DEFECT;
-  tree_build_init_slots(slots, T, tid, kTreeBuildThreads);
-  __syncthreads();
-  int32_t st = tree_build_check_ranges(req_budget, req_depth_limit, N, D);
-  if (st == TREE_BUILD_OK) {
-    int32_t worst = TREE_BUILD_NO_DEFECT;
-    const int64_t items = static_cast<int64_t>(req_depth_limit) * K;
-    for (int64_t e = tid; e < items; e += kTreeBuildThreads) {
-      const int32_t s = tree_build_check_item(lp, ids, K, e / K, e % K);
-      worst = s < worst ? s : worst;
-    }
-    if (worst != TREE_BUILD_NO_DEFECT) atomicMin(&s_defect, worst);
-  }
-  __syncthreads();
-  if (st == TREE_BUILD_OK && s_defect != TREE_BUILD_NO_DEFECT) st = s_defect;
-
-  // Phase 2: the build, by one thread.
-  if (tid == 0) {
-    const int32_t count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, req_budget, req_depth_limit, heap, slots) : 0;
-    s_count = count;
-    node_count[b] = count;
-    status[b] = st;
-  }
-  __syncthreads();
-  const int32_t count = s_count;
-
-  // Phase 3: node rows.
-  const int64_t row = b * T;
-  for (int64_t i = tid; i < T; i += kTreeBuildThreads)
-    tree_build_node_outputs(i, ids, K, root_token_ids[b], count, slots, node_token_ids + row, node_depths + row,
-                            parents + row, next_token + row, next_sibling + row);
-
-  // Phase 4: visibility rows, one per warp at a time.
-  uint8_t* vis = visibility + b * T * T;
-  for (int64_t i = warp; i < T; i += kWarps) {
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  int32_t* anc = reinterpret_cast<int32_t*>(smem) + warp * anc_len;
+  const int64_t rows = B * T;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kVisWarps + warp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * kVisWarps) {
+    const int64_t b = r / T, i = r % T;
     int32_t len = 0;
-    if (i <= count) {
-      if (lane == 0) len = tree_build_ancestors(static_cast<int32_t>(i), slots.parent, anc);
+    if (i <= node_count[b]) {
+      if (lane == 0) len = tree_build_ancestors(static_cast<int32_t>(i), parents + b * T, T, anc_len, anc);
       len = __shfl_sync(0xffffffffu, len, 0);
       __syncwarp();  // lane 0's ancestor stores before the other lanes read them
     }
-    write_visibility_row(vis + i * T, T, anc, len, lane);
+    write_visibility_row(visibility + r * T, T, anc, len, lane);
     __syncwarp();  // every lane's reads before lane 0 overwrites the buffer for the next row
   }
 }
 
+int32_t vis_anc_len(int64_t N, int64_t D) { return static_cast<int32_t>((D < N ? D : N) + 1); }
+
 }  // namespace
 
-size_t tree_build_smem_bytes(int64_t N, int64_t D) { return smem_layout(N, D).total; }
+size_t tree_build_smem_bytes(int64_t N, int64_t D, int32_t kernel) {
+  (void)D;
+  return build_smem_bytes(N, kernel == TREE_BUILD_KERNEL_SELECT);
+}
 
-cudaError_t tree_build_smem_available(int device, size_t* bytes) {
+cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes) {
   int optin = 0;
   cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
   cudaFuncAttributes attr;
-  err = cudaFuncGetAttributes(&attr, tree_build_kernel);
+  err = kernel == TREE_BUILD_KERNEL_SELECT ? cudaFuncGetAttributes(&attr, tree_build_kernel<true>)
+                                           : cudaFuncGetAttributes(&attr, tree_build_kernel<false>);
   if (err != cudaSuccess) return err;
   const size_t total = static_cast<size_t>(optin);
   *bytes = total > attr.sharedSizeBytes ? total - attr.sharedSizeBytes : 0;
   return cudaSuccess;
 }
 
-cudaError_t tree_build_configure(size_t smem_bytes) {
+cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
   if (smem_bytes > static_cast<size_t>(0x7fffffff)) return cudaErrorInvalidValue;
-  return cudaFuncSetAttribute(tree_build_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes));
+  return kernel == TREE_BUILD_KERNEL_SELECT
+             ? cudaFuncSetAttribute(tree_build_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem_bytes))
+             : cudaFuncSetAttribute(tree_build_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem_bytes));
 }
 
 cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
-  const int64_t B = p.B, D = p.D, K = p.K, N = p.N;
+  const int64_t B = p.B, D = p.D, K = p.K, N = p.N, T = N + 1;
   if (B < 0 || D < 0 || K < 0 || N < 0 || N > 0x7ffffffeLL || B > 0x7fffffffLL) return cudaErrorInvalidValue;
+  if (p.kernel != TREE_BUILD_KERNEL_HEAP && p.kernel != TREE_BUILD_KERNEL_SELECT) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
-  const size_t smem = tree_build_smem_bytes(N, D);
-  tree_build_kernel<<<static_cast<unsigned>(B), kTreeBuildThreads, smem, stream>>>(
-      p.top_log_probs, p.top_token_ids, p.root_token_ids, p.budget, p.depth_limit, D, K, N, p.node_count,
-      p.node_token_ids, p.node_depths, p.parents, p.next_token, p.next_sibling, p.visibility, p.status);
+  const bool select = p.kernel == TREE_BUILD_KERNEL_SELECT;
+  const size_t smem = build_smem_bytes(N, select);
+  if (select)
+    tree_build_kernel<true><<<static_cast<unsigned>(B), kSelectThreads, smem, stream>>>(
+        p.top_log_probs, p.top_token_ids, p.root_token_ids, p.budget, p.depth_limit, D, K, N, p.node_count,
+        p.node_token_ids, p.node_depths, p.parents, p.next_token, p.next_sibling, p.status, p.heap_fallback);
+  else
+    tree_build_kernel<false><<<static_cast<unsigned>(B), kHeapThreads, smem, stream>>>(
+        p.top_log_probs, p.top_token_ids, p.root_token_ids, p.budget, p.depth_limit, D, K, N, p.node_count,
+        p.node_token_ids, p.node_depths, p.parents, p.next_token, p.next_sibling, p.status, p.heap_fallback);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const int32_t anc_len = vis_anc_len(N, D);
+  const int64_t rows = B * T;
+  const int64_t want = (rows + kVisWarps - 1) / kVisWarps;
+  const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
+  const size_t vis_smem = sizeof(int32_t) * static_cast<size_t>(kVisWarps) * static_cast<size_t>(anc_len);
+  tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p.node_count, p.parents, p.visibility, B,
+                                                                          T, anc_len);
   return cudaGetLastError();
 }
 

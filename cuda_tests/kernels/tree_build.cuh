@@ -10,6 +10,8 @@
 //   tree_build_check_item    statuses 3-6 that element (d, r) of a checked row proves
 //   tree_build_init_slots    the slot arrays of an empty tree (root in slot 0)
 //   tree_build_grow          the best-first loop: heap of candidates -> slots and links
+//   tree_select_grow         the select build: threshold selection + sort (parallel; CUDA)
+//   tree_select_node_outputs the node rows of a select build
 //   tree_build_ancestors     the root path of a slot (one visibility row)
 //   tree_build_node_outputs  one slot's entries of the five [T] node rows
 //
@@ -66,6 +68,8 @@ struct TreeBuildParams {
   uint8_t* visibility = nullptr;            // u8 [B,T,T]
   int32_t* status = nullptr;                // i32 [B]
   int64_t B = 0, D = 0, K = 0, N = 0;       // N: max_budget
+  int32_t kernel = 0;                       // TreeBuildKernel: AUTO (0), HEAP (1) or SELECT (2)
+  uint8_t* heap_fallback = nullptr;         // optional u8 [B]: 1 where the select build gave up
 };
 
 // tree_build status codes (docs/ops/tree_build.md), in the order they are checked: the
@@ -297,14 +301,413 @@ KDTR_HD inline int32_t tree_build_grow(const float* lp, int64_t K, int32_t budge
 }
 
 // ---------------------------------------------------------------------------------------
+// The select build: threshold selection + sort (the CUDA kernel's parallel path)
+// ---------------------------------------------------------------------------------------
+//
+// Every candidate's score is a function of its rank path alone (the child of a node of
+// score w scores w + lp[d][0], its next sibling (w - lp[d-1][r]) + lp[d-1][r+1]), so the
+// scores of the whole implicit K-ary tree are known without running the queue.  Call the
+// node that pushes a candidate its *generator* (the parent for rank 0, else the previous
+// sibling) and give every node the *effective key* ek = min(w, ek(generator)) (ek of a
+// depth-1 rank-0 node = its w).  ek never increases along a generator chain.  A node is
+// *clamped* when w > ek(generator): only a positive log-prob or float64 rounding of the
+// sibling score (e.g. (w - a) + a > w) does that.
+//
+// The select build collects, depth by depth, every node whose ek is >= a threshold theta
+// (the children of one parent in rank order, stopping at the first ek < theta: the rest
+// are smaller), raising theta whenever the set would exceed its capacity (a histogram of
+// the eks picks a value with at least `budget` nodes at or above it, so theta never
+// passes the budget-th largest ek of the tree).  When no collected node is clamped, the
+// first `budget` collected nodes in the queue's total order (larger w, then smaller rank
+// path) are exactly the heap build's pops in the heap build's order (docs/ops/tree_build.md
+// gives the argument), so a sort of the set gives the slots.  When a collected node is
+// clamped, or the eks do not separate (massive ties: every score equal), or the capacity
+// is still exceeded after kTreeSelectRefines raises, the select build gives up and the
+// caller runs the heap build (tree_build_grow) instead: same output, serial speed.
+//
+// The code is written for a team of `lanes` workers (the CUDA block's threads; the CPU
+// backend is a team of one) with the operations of TreeSelectSerialTeam below; every
+// control decision depends only on team-wide reductions, so all lanes take the same path.
+
+// Build kernels: the heap build only, or the select build (falling back per request).
+enum TreeBuildKernel : int32_t {
+  TREE_BUILD_KERNEL_AUTO = 0,    // CUDA: select where its shared memory fits, else heap; CPU: heap
+  TREE_BUILD_KERNEL_HEAP = 1,    // tree_build_grow for every request
+  TREE_BUILD_KERNEL_SELECT = 2,  // tree_select_grow, tree_build_grow where it gives up
+};
+
+constexpr int32_t kTreeSelectBins = 1024;   // histogram bins of one threshold raise
+constexpr int32_t kTreeSelectRefines = 6;   // threshold raises per depth before giving up
+
+// Candidates the select build may hold for maximum budget N (>= N + 64).
+KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; }
+
+// The collected nodes, structure of arrays of `cap` entries (entry = one draft node).
+// After the sort, `ek` holds the order (int32, up to 2 * cap entries: the sort pads to a
+// power of two) and `w` the slot of each selected entry (int32).
+struct TreeSelectSet {
+  double* w;          // score (float64, the contract's evaluation)
+  double* ek;         // effective key
+  int32_t* par;       // parent entry, -1 for the root
+  int32_t* gen;       // generator entry (parent for rank 0, else the previous sibling), -1 = root
+  int32_t* dep;       // depth, 1..depth_limit
+  int32_t* rk;        // rank within the row
+  int32_t* tmp;       // scratch: new entry indices of a compaction
+  int32_t* hist;      // [kTreeSelectBins] histogram of one threshold raise
+  uint8_t* clamped;   // 1 iff w > ek(generator)
+  int64_t cap;
+};
+
+// Bytes of a TreeSelectSet of `cap` entries laid out by tree_select_set().
+KDTR_HD inline size_t tree_select_set_bytes(int64_t cap) {
+  const size_t c = static_cast<size_t>(cap);
+  return c * (8 + 8 + 4 * 5) + 4 * static_cast<size_t>(kTreeSelectBins) + ((c + 15) / 16) * 16;
+}
+
+// The arrays of a TreeSelectSet carved out of `mem` (8-byte aligned, tree_select_set_bytes).
+KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap) {
+  const size_t c = static_cast<size_t>(cap);
+  unsigned char* m = static_cast<unsigned char*>(mem);
+  TreeSelectSet s;
+  s.w = reinterpret_cast<double*>(m);
+  s.ek = reinterpret_cast<double*>(m + 8 * c);
+  int32_t* i32 = reinterpret_cast<int32_t*>(m + 16 * c);
+  s.par = i32;
+  s.gen = i32 + c;
+  s.dep = i32 + 2 * c;
+  s.rk = i32 + 3 * c;
+  s.tmp = i32 + 4 * c;
+  s.hist = i32 + 5 * c;
+  s.clamped = reinterpret_cast<uint8_t*>(s.hist + kTreeSelectBins);
+  s.cap = cap;
+  return s;
+}
+
+// The CPU's team: one lane; the CUDA block's team is in tree_build.cu (cub block scans and
+// reductions, __syncthreads).
+struct TreeSelectSerialTeam {
+  KDTR_HD int32_t lane() const { return 0; }
+  KDTR_HD int32_t lanes() const { return 1; }
+  KDTR_HD void sync() {}
+  KDTR_HD int32_t exclusive_sum(int32_t x, int32_t* total) {  // lane's exclusive prefix; *total = sum
+    *total = x;
+    return 0;
+  }
+  KDTR_HD double min(double x) { return x; }
+  KDTR_HD double max(double x) { return x; }
+  KDTR_HD int32_t max_int(int32_t x) { return x; }
+  KDTR_HD bool any(bool x) { return x; }
+  KDTR_HD void add(int32_t* p, int32_t v) { *p += v; }
+};
+
+// Children of one parent at depth d = row + 1, in rank order, while their ek >= theta:
+// calls emit(r, w, ek, clamped) for each and returns how many.  The scores are the heap
+// build's, operation for operation: the root's first child lp[0][0] exactly (root = true),
+// any other first child pw + lp[d-1][0], a sibling (w - lp[d-1][r-1]) + lp[d-1][r].  `pek`
+// is the parent's ek (ignored for the root).
+KDTR_HD_TEMPLATE
+template <class Emit>
+KDTR_HD inline int32_t tree_select_children(const float* row, int64_t K, bool root, double pw, double pek,
+                                            double theta, Emit&& emit) {
+  double w = root ? static_cast<double>(row[0]) : pw + static_cast<double>(row[0]);
+  bool clamped = !root && w > pek;
+  double ek = root || w < pek ? w : pek;
+  int32_t n = 0;
+  for (int64_t r = 0; r < K; ++r) {
+    if (r > 0) {
+      w = (w - static_cast<double>(row[r - 1])) + static_cast<double>(row[r]);
+      clamped = w > ek;
+      ek = w < ek ? w : ek;
+    }
+    if (ek < theta) break;
+    emit(static_cast<int32_t>(r), w, ek, clamped);
+    ++n;
+  }
+  return n;
+}
+
+// Histogram bin of an ek in [lo, hi] (hi > lo): nondecreasing in v, 0..kTreeSelectBins-1.
+KDTR_HD inline int32_t tree_select_bin(double v, double lo, double hi) {
+  const double t = (v - lo) / (hi - lo);
+  const int32_t b = static_cast<int32_t>(t * kTreeSelectBins);
+  return b < 0 ? 0 : (b >= kTreeSelectBins ? kTreeSelectBins - 1 : b);
+}
+
+// True iff entry a comes before entry b in the queue's order: larger w, then smaller rank
+// path (entries of one set never share a path).  -1 (sort padding) comes last.  The paths
+// are walked up the entries' parents as in tree_build_path_less.
+KDTR_HD inline bool tree_select_before(int32_t a, int32_t b, const TreeSelectSet& s) {
+  if (a < 0) return false;
+  if (b < 0) return true;
+  if (s.w[a] != s.w[b]) return s.w[a] > s.w[b];
+  int32_t da = s.dep[a], ra = s.rk[a], pa = s.par[a];
+  int32_t db = s.dep[b], rb = s.rk[b], pb = s.par[b];
+  while (da > db) {
+    ra = s.rk[pa];
+    pa = s.par[pa];
+    --da;
+  }
+  while (db > da) {
+    rb = s.rk[pb];
+    pb = s.par[pb];
+    --db;
+  }
+  if (ra == rb && pa == pb) return s.dep[a] < s.dep[b];
+  while (pa != pb) {
+    ra = s.rk[pa];
+    pa = s.par[pa];
+    rb = s.rk[pb];
+    pb = s.par[pb];
+  }
+  return rb > ra;
+}
+
+// Keep the entries with ek >= theta, in order, renumbering parents and generators (every
+// kept entry's parent and generator are kept: ek never increases along a generator chain).
+// Updates *n and *plo (the first entry of the last depth).
+KDTR_HD_TEMPLATE
+template <class Team>
+KDTR_HD inline void tree_select_compact(Team& t, TreeSelectSet s, double theta, int32_t* n, int32_t* plo) {
+  const int32_t lane = t.lane(), lanes = t.lanes(), cnt = *n;
+  const int32_t chunk = (cnt + lanes - 1) / lanes;
+  const int32_t e0 = lane * chunk < cnt ? lane * chunk : cnt;
+  const int32_t e1 = e0 + chunk < cnt ? e0 + chunk : cnt;
+  int32_t mine = 0;
+  for (int32_t e = e0; e < e1; ++e) mine += s.ek[e] >= theta ? 1 : 0;
+  int32_t live = 0;
+  int32_t at = t.exclusive_sum(mine, &live);
+  for (int32_t e = e0; e < e1; ++e) {
+    s.tmp[e] = at;  // live entries before e: e's new index if it is kept
+    at += s.ek[e] >= theta ? 1 : 0;
+  }
+  t.sync();
+  const int32_t new_plo = *plo < cnt ? s.tmp[*plo] : live;
+  // Move in rounds of `lanes` entries: an entry only moves down, to a place no later
+  // round reads, and every read of a round happens before its writes.
+  for (int32_t base = 0; base < cnt; base += lanes) {
+    const int32_t e = base + lane;
+    const bool keep = e < cnt && s.ek[e] >= theta;
+    double w = 0, ek = 0;
+    int32_t par = -1, gen = -1, dep = 0, rk = 0;
+    uint8_t cl = 0;
+    if (keep) {
+      w = s.w[e];
+      ek = s.ek[e];
+      par = s.par[e] < 0 ? -1 : s.tmp[s.par[e]];
+      gen = s.gen[e] < 0 ? -1 : s.tmp[s.gen[e]];
+      dep = s.dep[e];
+      rk = s.rk[e];
+      cl = s.clamped[e];
+    }
+    t.sync();
+    if (keep) {
+      const int32_t to = s.tmp[e];
+      s.w[to] = w;
+      s.ek[to] = ek;
+      s.par[to] = par;
+      s.gen[to] = gen;
+      s.dep[to] = dep;
+      s.rk[to] = rk;
+      s.clamped[to] = cl;
+    }
+    t.sync();
+  }
+  *n = live;
+  *plo = new_plo;
+}
+
+// The select build of one valid request (status OK, budget >= 1, depth_limit >= 1, K >= 1,
+// s.cap >= budget).  On success returns true with *count = node_count, the first *count
+// entries of the order (int32, in s.ek) being slots 1..*count and the slot of each of them
+// in s.w (int32, indexed by entry).  Returns false where it cannot prove the heap build's
+// order (see above); the caller then runs tree_build_grow.  Reads lp rows d < depth_limit.
+KDTR_HD_TEMPLATE
+template <class Team>
+KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_t budget, int32_t depth_limit,
+                                     TreeSelectSet s, int32_t* count) {
+  const int32_t lane = t.lane(), lanes = t.lanes();
+  const int32_t cap = static_cast<int32_t>(s.cap);
+  double theta = -1.0 / 0.0;  // every ek passes
+  int32_t n = 0, plo = 0;     // entries; the first entry of the last depth (the parents of the next)
+  for (int32_t d = 1; d <= depth_limit; ++d) {
+    const float* row = lp + static_cast<int64_t>(d - 1) * K;
+    const bool root = d == 1;
+    int32_t mine = 0, total = 0, at = 0;
+    for (int32_t refine = 0;; ++refine) {
+      const int32_t parents = root ? 1 : n - plo;
+      mine = 0;
+      for (int32_t q = lane; q < parents; q += lanes) {
+        const int32_t p = plo + q;
+        mine += tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                                     [](int32_t, double, double, bool) {});
+      }
+      at = t.exclusive_sum(mine, &total);
+      if (n + total <= cap) break;
+      if (refine == kTreeSelectRefines) return false;
+      // Raise theta: the values are the eks of the entries and of the new children.
+      double lo = 1.0 / 0.0, hi = -1.0 / 0.0;
+      for (int32_t e = lane; e < n; e += lanes) {
+        lo = s.ek[e] < lo ? s.ek[e] : lo;
+        hi = s.ek[e] > hi ? s.ek[e] : hi;
+      }
+      for (int32_t q = lane; q < parents; q += lanes) {
+        const int32_t p = plo + q;
+        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                             [&](int32_t, double, double ek, bool) {
+                               lo = ek < lo ? ek : lo;
+                               hi = ek > hi ? ek : hi;
+                             });
+      }
+      lo = t.min(lo);
+      hi = t.max(hi);
+      if (!(hi > lo)) return false;  // every value equal: no threshold separates them
+      for (int32_t b = lane; b < kTreeSelectBins; b += lanes) s.hist[b] = 0;
+      t.sync();
+      for (int32_t e = lane; e < n; e += lanes) t.add(&s.hist[tree_select_bin(s.ek[e], lo, hi)], 1);
+      for (int32_t q = lane; q < parents; q += lanes) {
+        const int32_t p = plo + q;
+        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                             [&](int32_t, double, double ek, bool) { t.add(&s.hist[tree_select_bin(ek, lo, hi)], 1); });
+      }
+      t.sync();
+      // bstar: the largest bin whose suffix (bins >= it) holds >= budget values; lanes
+      // own contiguous runs of bins counted from the top.
+      const int32_t chunk = (kTreeSelectBins + lanes - 1) / lanes;
+      const int32_t q0 = lane * chunk < kTreeSelectBins ? lane * chunk : kTreeSelectBins;
+      const int32_t q1 = q0 + chunk < kTreeSelectBins ? q0 + chunk : kTreeSelectBins;
+      int32_t run = 0;
+      for (int32_t q = q0; q < q1; ++q) run += s.hist[kTreeSelectBins - 1 - q];
+      int32_t all = 0;
+      int32_t acc = t.exclusive_sum(run, &all);
+      int32_t cand = -1;
+      for (int32_t q = q0; q < q1 && cand < 0; ++q) {
+        acc += s.hist[kTreeSelectBins - 1 - q];
+        if (acc >= budget) cand = kTreeSelectBins - 1 - q;
+      }
+      const int32_t bstar = t.max_int(cand);
+      if (bstar <= 0) return false;  // nothing would be cut
+      // The new theta: the smallest value in bins >= bstar (>= budget values are >= it).
+      double nt = 1.0 / 0.0;
+      for (int32_t e = lane; e < n; e += lanes)
+        if (tree_select_bin(s.ek[e], lo, hi) >= bstar && s.ek[e] < nt) nt = s.ek[e];
+      for (int32_t q = lane; q < parents; q += lanes) {
+        const int32_t p = plo + q;
+        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                             [&](int32_t, double, double ek, bool) {
+                               if (tree_select_bin(ek, lo, hi) >= bstar && ek < nt) nt = ek;
+                             });
+      }
+      nt = t.min(nt);
+      if (!(nt > theta)) return false;
+      theta = nt;
+      if (!root) tree_select_compact(t, s, theta, &n, &plo);
+    }
+    if (total == 0) break;
+    // Write the children: each parent's run is contiguous, in rank order.
+    const int32_t parents = root ? 1 : n - plo;
+    int32_t next = n + at;
+    for (int32_t q = lane; q < parents; q += lanes) {
+      const int32_t p = root ? -1 : plo + q;
+      int32_t prev = p;
+      tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                           [&](int32_t r, double w, double ek, bool cl) {
+                             s.w[next] = w;
+                             s.ek[next] = ek;
+                             s.par[next] = p;
+                             s.gen[next] = prev;
+                             s.dep[next] = d;
+                             s.rk[next] = r;
+                             s.clamped[next] = cl ? 1 : 0;
+                             prev = next++;
+                           });
+    }
+    t.sync();
+    plo = n;
+    n += total;
+  }
+  // A clamped entry: its order is not the sort's (the heap build decides).
+  bool clamped = false;
+  for (int32_t e = lane; e < n; e += lanes) clamped = clamped || s.clamped[e] != 0;
+  if (t.any(clamped)) return false;
+  // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order.
+  int32_t* order = reinterpret_cast<int32_t*>(s.ek);
+  int32_t P = 1;
+  while (P < n) P <<= 1;
+  for (int32_t i = lane; i < P; i += lanes) order[i] = i < n ? i : -1;
+  t.sync();
+  for (int32_t k = 2; k <= P; k <<= 1) {
+    for (int32_t j = k >> 1; j > 0; j >>= 1) {
+      for (int32_t i = lane; i < P; i += lanes) {
+        const int32_t l = i ^ j;
+        if (l <= i) continue;
+        const int32_t a = order[i], b = order[l];
+        const bool swap = (i & k) == 0 ? tree_select_before(b, a, s) : tree_select_before(a, b, s);
+        if (swap) {
+          order[i] = b;
+          order[l] = a;
+        }
+      }
+      t.sync();
+    }
+  }
+  const int32_t placed = n < budget ? n : budget;
+  int32_t* slot_of = reinterpret_cast<int32_t*>(s.w);  // w is not read any more
+  for (int32_t i = lane; i < placed; i += lanes) slot_of[order[i]] = i + 1;
+  t.sync();
+  *count = placed;
+  return true;
+}
+
+// The five [T] node rows of a request the select build placed (each pointer at element
+// [b, 0] of its tensor): slot i <= count from entry order[i - 1], -1 in empty slots; then
+// the links: a rank-0 entry is its parent's first child, any other its generator's next
+// sibling (children of one parent take consecutive ranks in slot order).
+KDTR_HD_TEMPLATE
+template <class Team>
+KDTR_HD inline void tree_select_node_outputs(Team& t, const TreeSelectSet& s, int32_t count, const int64_t* ids,
+                                             int64_t K, int64_t root_token, int64_t T, int64_t* node_token_ids,
+                                             int32_t* node_depths, int32_t* parents, int32_t* next_token,
+                                             int32_t* next_sibling) {
+  const int32_t* order = reinterpret_cast<const int32_t*>(s.ek);
+  const int32_t* slot_of = reinterpret_cast<const int32_t*>(s.w);
+  for (int64_t i = t.lane(); i < T; i += t.lanes()) {
+    int64_t token_id = -1;
+    int32_t depth = -1, parent = -1;
+    if (i == 0) {
+      token_id = root_token;
+      depth = 0;
+    } else if (i <= count) {
+      const int32_t e = order[i - 1];
+      token_id = ids[static_cast<int64_t>(s.dep[e] - 1) * K + s.rk[e]];
+      depth = s.dep[e];
+      parent = s.par[e] < 0 ? 0 : slot_of[s.par[e]];
+    }
+    node_token_ids[i] = token_id;
+    node_depths[i] = depth;
+    parents[i] = parent;
+    next_token[i] = -1;
+    next_sibling[i] = -1;
+  }
+  t.sync();  // the -1s before the links (CUDA: global stores of one block, ordered by the barrier)
+  for (int32_t i = 1 + t.lane(); i <= count; i += t.lanes()) {
+    const int32_t e = order[i - 1];
+    if (s.rk[e] == 0) next_token[s.par[e] < 0 ? 0 : slot_of[s.par[e]]] = i;
+    else next_sibling[slot_of[s.gen[e]]] = i;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Outputs
 // ---------------------------------------------------------------------------------------
 
 // The slots on the path from the root to slot i (both included), written to anc[0..len),
-// i first; returns len = depth[i] + 1.  `anc` needs room for depth_limit + 1 entries.
-KDTR_HD inline int32_t tree_build_ancestors(int32_t i, const int32_t* parent, int32_t* anc) {
+// i first, walking `parent` (a request's parents row, T entries); returns len = depth[i] + 1.
+// The walk stops after max_len slots or at an index outside [0, T), so even a corrupt
+// parents row cannot make it loop or read out of range.  `anc` has room for max_len.
+KDTR_HD inline int32_t tree_build_ancestors(int32_t i, const int32_t* parent, int64_t T, int32_t max_len,
+                                            int32_t* anc) {
   int32_t len = 0;
-  for (int32_t s = i; s >= 0; s = parent[s]) anc[len++] = s;
+  for (int32_t s = i; s >= 0 && s < T && len < max_len; s = parent[s]) anc[len++] = s;
   return len;
 }
 
@@ -325,28 +728,66 @@ KDTR_HD inline void tree_build_node_outputs(int64_t i, const int64_t* ids, int64
   next_sibling[i] = s.next_sibling[i];
 }
 
-// One request on the CPU, every output element of it.  `heap` has room for N + 1 >= budget
-// + 1 candidates, `slot_mem` for 5 * T int32, `anc` for min(D, N) + 1 int32.
-// The row pointers point at element [b, 0] (or [b, 0, 0]) of their tensors.  Returns the
-// status it also stores in *status.
+// Scratch of the CPU backend, reused request after request: the heap build's candidate
+// queue (N + 1) and slot arrays (5 * T int32), a root path (min(D, N) + 1 int32), and for
+// the select build its candidate set (tree_select_set_bytes(tree_select_capacity(N)) bytes,
+// 8-byte aligned).
+struct TreeBuildCpuScratch {
+  std::vector<TreeBuildCand> heap;
+  std::vector<int32_t> slot_mem;
+  std::vector<int32_t> anc;
+  std::vector<double> select_mem;  // doubles: the set's 8-byte alignment
+  TreeSelectSet select{};
+  TreeBuildCpuScratch(int64_t N, int64_t D, bool with_select)
+      : heap(static_cast<size_t>(N + 1)), slot_mem(static_cast<size_t>(5 * (N + 1))),
+        anc(static_cast<size_t>((D < N ? D : N) + 1)) {
+    if (with_select) {
+      const int64_t cap = tree_select_capacity(N);
+      select_mem.resize((tree_select_set_bytes(cap) + 7) / 8);
+      select = tree_select_set(select_mem.data(), cap);
+    }
+  }
+};
+
+// One request on the CPU, every output element of it (the row pointers point at element
+// [b, 0] (or [b, 0, 0]) of their tensors).  kernel TREE_BUILD_KERNEL_SELECT runs the
+// select build (a team of one lane) and the heap build where it gives up; any other kernel
+// the heap build.  Returns the status it also stores in *status.
 inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t root_token, int32_t budget,
-                                  int32_t depth_limit, int64_t N, int64_t D, int64_t K, TreeBuildCand* heap,
-                                  int32_t* slot_mem, int32_t* anc, int32_t* node_count, int64_t* node_token_ids,
+                                  int32_t depth_limit, int64_t N, int64_t D, int64_t K, int32_t kernel,
+                                  TreeBuildCpuScratch& scratch, int32_t* node_count, int64_t* node_token_ids,
                                   int32_t* node_depths, int32_t* parents, int32_t* next_token,
-                                  int32_t* next_sibling, uint8_t* visibility, int32_t* status) {
+                                  int32_t* next_sibling, uint8_t* visibility, int32_t* status,
+                                  uint8_t* heap_fallback = nullptr) {
   const int64_t T = N + 1;
-  const TreeBuildSlots s{slot_mem, slot_mem + T, slot_mem + 2 * T, slot_mem + 3 * T, slot_mem + 4 * T};
-  tree_build_init_slots(s, T, 0, 1);
   const int32_t st = tree_build_validate(lp, ids, budget, depth_limit, N, D, K);
-  const int32_t count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, budget, depth_limit, heap, s) : 0;
-  for (int64_t i = 0; i < T; ++i)
-    tree_build_node_outputs(i, ids, K, root_token, count, s, node_token_ids, node_depths, parents, next_token,
-                            next_sibling);
+  int32_t count = 0;
+  bool placed = false;
+  if (st == TREE_BUILD_OK && kernel == TREE_BUILD_KERNEL_SELECT && budget > 0 && depth_limit > 0 && K > 0) {
+    TreeSelectSerialTeam team;
+    placed = tree_select_grow(team, lp, K, budget, depth_limit, scratch.select, &count);
+    if (placed)
+      tree_select_node_outputs(team, scratch.select, count, ids, K, root_token, T, node_token_ids, node_depths,
+                               parents, next_token, next_sibling);
+  }
+  if (heap_fallback != nullptr)
+    *heap_fallback = kernel == TREE_BUILD_KERNEL_SELECT && st == TREE_BUILD_OK && !placed && budget > 0 &&
+                     depth_limit > 0 && K > 0;
+  if (!placed) {
+    int32_t* m = scratch.slot_mem.data();
+    const TreeBuildSlots s{m, m + T, m + 2 * T, m + 3 * T, m + 4 * T};
+    tree_build_init_slots(s, T, 0, 1);
+    count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, budget, depth_limit, scratch.heap.data(), s) : 0;
+    for (int64_t i = 0; i < T; ++i)
+      tree_build_node_outputs(i, ids, K, root_token, count, s, node_token_ids, node_depths, parents, next_token,
+                              next_sibling);
+  }
   std::memset(visibility, 0, static_cast<size_t>(T) * static_cast<size_t>(T));
+  const int32_t max_len = static_cast<int32_t>(scratch.anc.size());
   for (int32_t i = 0; i <= count; ++i) {
-    const int32_t len = tree_build_ancestors(i, s.parent, anc);
+    const int32_t len = tree_build_ancestors(i, parents, T, max_len, scratch.anc.data());
     uint8_t* row = visibility + static_cast<int64_t>(i) * T;
-    for (int32_t k = 0; k < len; ++k) row[anc[k]] = 1;
+    for (int32_t k = 0; k < len; ++k) row[scratch.anc[k]] = 1;
   }
   *node_count = count;
   *status = st;
@@ -355,19 +796,20 @@ inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t r
 
 // CPU backend: the whole batch, row-major tensors as in the golden (top_log_probs f32
 // [B,D,K], top_token_ids i64 [B,D,K], root_token_ids i64 [B], budget / depth_limit i32 [B];
-// outputs [B] and [B,T] and visibility [B,T,T]).  One heap and one set of slot arrays,
-// reused request after request.
+// outputs [B] and [B,T] and visibility [B,T,T]).  p.kernel: TREE_BUILD_KERNEL_SELECT runs
+// the select build, anything else the heap build; p.heap_fallback (optional) gets 1 for each
+// valid request the select build handed to the heap build.  One scratch, reused request
+// after request.
 inline void tree_build_cpu(const TreeBuildParams& p) {
   const int64_t N = p.N, D = p.D, K = p.K, T = N + 1;
-  std::vector<TreeBuildCand> heap(static_cast<size_t>(N + 1));
-  std::vector<int32_t> slot_mem(static_cast<size_t>(5 * T));
-  std::vector<int32_t> anc(static_cast<size_t>((D < N ? D : N) + 1));  // a root path: <= min(D, N) + 1 slots
+  TreeBuildCpuScratch scratch(N, D, p.kernel == TREE_BUILD_KERNEL_SELECT);
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t in_row = b * D * K, out_row = b * T;
     tree_build_request(p.top_log_probs + in_row, p.top_token_ids + in_row, p.root_token_ids[b], p.budget[b],
-                       p.depth_limit[b], N, D, K, heap.data(), slot_mem.data(), anc.data(), p.node_count + b,
-                       p.node_token_ids + out_row, p.node_depths + out_row, p.parents + out_row,
-                       p.next_token + out_row, p.next_sibling + out_row, p.visibility + b * T * T, p.status + b);
+                       p.depth_limit[b], N, D, K, p.kernel, scratch, p.node_count + b, p.node_token_ids + out_row,
+                       p.node_depths + out_row, p.parents + out_row, p.next_token + out_row,
+                       p.next_sibling + out_row, p.visibility + b * T * T, p.status + b,
+                       p.heap_fallback == nullptr ? nullptr : p.heap_fallback + b);
   }
 }
 

@@ -110,7 +110,7 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
   cli::require_scratch_bytes(g, "metadata max_budget",
                              tree_len + cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]),
                                                                       static_cast<uint64_t>(d["D"]),
-                                                                      sizeof(TreeBuildCand)),
+                                                                      sizeof(TreeBuildCand), 0),
                              "tree_build: " + d.eq("N") + ", " + d.eq("D"));
   const int32_t* prefix_len = in.get<const int32_t>("input.prefix_len");
   uint64_t L = 0;
@@ -127,7 +127,8 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
   // Everything that can refuse the problem is settled before any allocation.
   const ops::GreedyStepParams host =
       ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
-  ops::configure_tree_build(host.build, args.device, "tree_build: ");  // shared memory limits N
+  // shared memory limits N; the select kernel where it fits
+  const int32_t build_kernel = ops::configure_tree_build(host.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
   VerifyAttnPlan plan;  // verify_attn: the kernel instance for these dims and dtype
   const cudaError_t perr = verify_attn_plan(host.attn, VerifyAttnKernel::Auto, args.device, &plan);
   if (perr == cudaErrorNotSupported)
@@ -141,7 +142,8 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
   cli::DeviceBuffer<int32_t> tree_len(static_cast<size_t>(in.dim("B")));  // the chain's own, poisoned
   tree_len.fill_bytes(cli::kPoison);
   const ops::Device dev(in, out);
-  const ops::GreedyStepParams c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
+  ops::GreedyStepParams c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
+  c.build.kernel = build_kernel;
   const cudaStream_t s = dev.stream.get();
   auto chain = [&]() -> cudaError_t {
     KDTR_CUDA_CHECK(launch_tree_build(c.build, s));
