@@ -35,16 +35,15 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and node rows
-constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team
+constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
+constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
+constexpr int64_t kSmallN = 256;
+constexpr int64_t kFuseT = 256;                  // T <= kFuseT: the build block writes its visibility
 constexpr int kVisThreads = 256;                 // visibility kernel
 constexpr int kVisWarps = kVisThreads / kWarp;
 static_assert(kHeapThreads % kWarp == 0, "whole warps");
 static_assert(sizeof(TreeBuildCand) == 24, "heap entry layout");
 
-template <bool kSelect>
-struct BuildThreads {
-  static constexpr int value = kSelect ? kSelectThreads : kHeapThreads;
-};
 
 // The heap build's bytes: queue of N + 1 candidates, then 5 int32 slot arrays of T.
 __host__ __device__ inline size_t heap_bytes(int64_t N) {
@@ -118,16 +117,21 @@ struct BlockTeam {
   __device__ void add(int32_t* p, int32_t v) { atomicAdd(p, v); }
 };
 
-template <bool kSelect>
-__global__ void __launch_bounds__(BuildThreads<kSelect>::value)
+// Visibility row i of a request (vis: its [T,T] block; parents: its parents output row) by
+// one warp; anc: the warp's buffer of anc_len int32.
+__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i,
+                                              int32_t count, int32_t* anc, int32_t anc_len, int lane);
+
+template <int kThreads, bool kSelect>
+__global__ void __launch_bounds__(kThreads)
     tree_build_kernel(const float* __restrict__ top_log_probs, const int64_t* __restrict__ top_token_ids,
                       const int64_t* __restrict__ root_token_ids, const int32_t* __restrict__ budget,
                       const int32_t* __restrict__ depth_limit, int64_t D, int64_t K, int64_t N,
                       int32_t* __restrict__ node_count, int64_t* __restrict__ node_token_ids,
                       int32_t* __restrict__ node_depths, int32_t* __restrict__ parents,
                       int32_t* __restrict__ next_token, int32_t* __restrict__ next_sibling,
-                      int32_t* __restrict__ status, uint8_t* __restrict__ heap_fallback) {
-  constexpr int kThreads = BuildThreads<kSelect>::value;
+                      int32_t* __restrict__ status, uint8_t* __restrict__ heap_fallback,
+                      uint8_t* __restrict__ visibility, int32_t anc_len) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t s_defect;  // min over the checked elements of tree_build_check_item
   __shared__ int32_t s_count;   // node_count, from thread 0's heap build
@@ -195,6 +199,17 @@ __global__ void __launch_bounds__(BuildThreads<kSelect>::value)
     if (heap_fallback != nullptr)
       heap_fallback[b] = kSelect && !placed && st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0;
   }
+  // Small trees (visibility != nullptr: T <= kFuseT): this block writes the request's
+  // visibility rows too, from the parents row it wrote (a barrier orders a block's global
+  // stores), saving the visibility kernel's launch.  The ancestor buffers follow the bytes
+  // the build used.
+  if (visibility != nullptr) {
+    __syncthreads();
+    const int warp = tid / kWarp, lane = tid % kWarp;
+    int32_t* anc = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, kSelect) + 15) / 16 * 16) + warp * anc_len;
+    for (int64_t i = warp; i < T; i += kThreads / kWarp)
+      visibility_row_by_warp(visibility + b * T * T, parents + row, T, i, count, anc, anc_len, lane);
+  }
 }
 
 // Row i of one request's [T,T] visibility block, by the 32 lanes of a warp: byte j is 1
@@ -246,46 +261,84 @@ __global__ void __launch_bounds__(kVisThreads)
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kVisWarps + warp; r < rows;
        r += static_cast<int64_t>(gridDim.x) * kVisWarps) {
     const int64_t b = r / T, i = r % T;
-    int32_t len = 0;
-    if (i <= node_count[b]) {
-      if (lane == 0) len = tree_build_ancestors(static_cast<int32_t>(i), parents + b * T, T, anc_len, anc);
-      len = __shfl_sync(0xffffffffu, len, 0);
-      __syncwarp();  // lane 0's ancestor stores before the other lanes read them
-    }
-    write_visibility_row(visibility + r * T, T, anc, len, lane);
-    __syncwarp();  // every lane's reads before lane 0 overwrites the buffer for the next row
+    visibility_row_by_warp(visibility + b * T * T, parents + b * T, T, i, node_count[b], anc, anc_len, lane);
   }
+}
+
+__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i,
+                                              int32_t count, int32_t* anc, int32_t anc_len, int lane) {
+  int32_t len = 0;
+  if (i <= count) {
+    if (lane == 0) len = tree_build_ancestors(static_cast<int32_t>(i), parents, T, anc_len, anc);
+    len = __shfl_sync(0xffffffffu, len, 0);
+    __syncwarp();  // lane 0's ancestor stores before the other lanes read them
+  }
+  write_visibility_row(vis + i * T, T, anc, len, lane);
+  __syncwarp();  // every lane's reads before lane 0 overwrites the buffer for the next row
 }
 
 int32_t vis_anc_len(int64_t N, int64_t D) { return static_cast<int32_t>((D < N ? D : N) + 1); }
 
+// The build kernel instance for N and `kernel`, its threads, and its dynamic shared memory
+// (the build's bytes, plus the ancestor buffers when it writes the visibility itself).
+struct BuildLaunch {
+  const void* fn;
+  int threads;
+  bool fuse;
+  size_t smem;
+};
+
+BuildLaunch build_launch(int64_t N, int64_t D, int32_t kernel) {
+  const bool select = kernel == TREE_BUILD_KERNEL_SELECT;
+  BuildLaunch l;
+  if (!select) {
+    l.fn = reinterpret_cast<const void*>(tree_build_kernel<kHeapThreads, false>);
+    l.threads = kHeapThreads;
+  } else if (N <= kSmallN) {
+    l.fn = reinterpret_cast<const void*>(tree_build_kernel<kSelectThreadsSmall, true>);
+    l.threads = kSelectThreadsSmall;
+  } else {
+    l.fn = reinterpret_cast<const void*>(tree_build_kernel<kSelectThreads, true>);
+    l.threads = kSelectThreads;
+  }
+  l.fuse = N + 1 <= kFuseT;
+  l.smem = build_smem_bytes(N, select);
+  if (l.fuse)
+    l.smem = (l.smem + 15) / 16 * 16 +
+             sizeof(int32_t) * static_cast<size_t>(l.threads / kWarp) * static_cast<size_t>(vis_anc_len(N, D));
+  return l;
+}
+
 }  // namespace
 
-size_t tree_build_smem_bytes(int64_t N, int64_t D, int32_t kernel) {
-  (void)D;
-  return build_smem_bytes(N, kernel == TREE_BUILD_KERNEL_SELECT);
-}
+size_t tree_build_smem_bytes(int64_t N, int64_t D, int32_t kernel) { return build_launch(N, D, kernel).smem; }
 
 cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes) {
   int optin = 0;
   cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  cudaFuncAttributes attr;
-  err = kernel == TREE_BUILD_KERNEL_SELECT ? cudaFuncGetAttributes(&attr, tree_build_kernel<true>)
-                                           : cudaFuncGetAttributes(&attr, tree_build_kernel<false>);
-  if (err != cudaSuccess) return err;
+  // The most static shared memory of the kernel's instances (any N).
+  size_t static_max = 0;
+  for (int64_t N : {int64_t{1}, kSmallN + 1}) {
+    cudaFuncAttributes attr;
+    err = cudaFuncGetAttributes(&attr, build_launch(N, 1, kernel).fn);
+    if (err != cudaSuccess) return err;
+    static_max = attr.sharedSizeBytes > static_max ? attr.sharedSizeBytes : static_max;
+  }
   const size_t total = static_cast<size_t>(optin);
-  *bytes = total > attr.sharedSizeBytes ? total - attr.sharedSizeBytes : 0;
+  *bytes = total > static_max ? total - static_max : 0;
   return cudaSuccess;
 }
 
 cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
   if (smem_bytes > static_cast<size_t>(0x7fffffff)) return cudaErrorInvalidValue;
-  return kernel == TREE_BUILD_KERNEL_SELECT
-             ? cudaFuncSetAttribute(tree_build_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem_bytes))
-             : cudaFuncSetAttribute(tree_build_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem_bytes));
+  for (int64_t N : {int64_t{1}, kSmallN + 1}) {
+    const cudaError_t err = cudaFuncSetAttribute(build_launch(N, 1, kernel).fn,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem_bytes));
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
@@ -293,19 +346,21 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (B < 0 || D < 0 || K < 0 || N < 0 || N > 0x7ffffffeLL || B > 0x7fffffffLL) return cudaErrorInvalidValue;
   if (p.kernel != TREE_BUILD_KERNEL_HEAP && p.kernel != TREE_BUILD_KERNEL_SELECT) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
-  const bool select = p.kernel == TREE_BUILD_KERNEL_SELECT;
-  const size_t smem = build_smem_bytes(N, select);
-  if (select)
-    tree_build_kernel<true><<<static_cast<unsigned>(B), kSelectThreads, smem, stream>>>(
-        p.top_log_probs, p.top_token_ids, p.root_token_ids, p.budget, p.depth_limit, D, K, N, p.node_count,
-        p.node_token_ids, p.node_depths, p.parents, p.next_token, p.next_sibling, p.status, p.heap_fallback);
-  else
-    tree_build_kernel<false><<<static_cast<unsigned>(B), kHeapThreads, smem, stream>>>(
-        p.top_log_probs, p.top_token_ids, p.root_token_ids, p.budget, p.depth_limit, D, K, N, p.node_count,
-        p.node_token_ids, p.node_depths, p.parents, p.next_token, p.next_sibling, p.status, p.heap_fallback);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
+  const BuildLaunch l = build_launch(N, D, p.kernel);
   const int32_t anc_len = vis_anc_len(N, D);
+  uint8_t* fused_visibility = l.fuse ? p.visibility : nullptr;
+  void* args[] = {const_cast<float**>(&p.top_log_probs), const_cast<int64_t**>(&p.top_token_ids),
+                  const_cast<int64_t**>(&p.root_token_ids), const_cast<int32_t**>(&p.budget),
+                  const_cast<int32_t**>(&p.depth_limit), const_cast<int64_t*>(&D), const_cast<int64_t*>(&K),
+                  const_cast<int64_t*>(&N), const_cast<int32_t**>(&p.node_count),
+                  const_cast<int64_t**>(&p.node_token_ids), const_cast<int32_t**>(&p.node_depths),
+                  const_cast<int32_t**>(&p.parents), const_cast<int32_t**>(&p.next_token),
+                  const_cast<int32_t**>(&p.next_sibling), const_cast<int32_t**>(&p.status),
+                  const_cast<uint8_t**>(&p.heap_fallback), &fused_visibility, const_cast<int32_t*>(&anc_len)};
+  cudaError_t err = cudaLaunchKernel(l.fn, dim3(static_cast<unsigned>(B)), dim3(static_cast<unsigned>(l.threads)), args,
+                                     l.smem, stream);
+  if (err != cudaSuccess) return err;
+  if (l.fuse) return cudaSuccess;
   const int64_t rows = B * T;
   const int64_t want = (rows + kVisWarps - 1) / kVisWarps;
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);

@@ -315,11 +315,11 @@ KDTR_HD inline int32_t tree_build_grow(const float* lp, int64_t K, int32_t budge
 //
 // The select build collects, depth by depth, every node whose ek is >= a threshold theta
 // (the children of one parent in rank order, stopping at the first ek < theta: the rest
-// are smaller), raising theta whenever the set would exceed its capacity (a histogram of
-// the eks picks a value with at least `budget` nodes at or above it, so theta never
-// passes the budget-th largest ek of the tree).  When no collected node is clamped, the
-// first `budget` collected nodes in the queue's total order (larger w, then smaller rank
-// path) are exactly the heap build's pops in the heap build's order (docs/ops/tree_build.md
+// are smaller), raising theta whenever the set would pass the budget (a histogram of the
+// eks picks a value with at least `budget` nodes at or above it, so theta never passes
+// the budget-th largest ek of the tree).  When no collected node is clamped, the first
+// `budget` collected nodes in the queue's total order (larger w, then smaller rank path)
+// are exactly the heap build's pops in the heap build's order (docs/ops/tree_build.md
 // gives the argument), so a sort of the set gives the slots.  When a collected node is
 // clamped, or the eks do not separate (massive ties: every score equal), or the capacity
 // is still exceeded after kTreeSelectRefines raises, the select build gives up and the
@@ -542,8 +542,16 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
                                      [](int32_t, double, double, bool) {});
       }
       at = t.exclusive_sum(mine, &total);
-      if (n + total <= cap) break;
-      if (refine == kTreeSelectRefines) return false;
+      // Raise theta whenever the set would pass the budget: a tight theta keeps the deeper
+      // depths from adding nodes that cannot be placed.  Past the budget but within the
+      // capacity, one raise per depth is enough, and a raise that fails is no reason to
+      // give up.
+      const bool fits = n + total <= cap;
+      if (n + total <= budget || (fits && refine > 0)) break;
+      if (refine == kTreeSelectRefines) {
+        if (fits) break;
+        return false;
+      }
       // Raise theta: the values are the eks of the entries and of the new children.
       double lo = 1.0 / 0.0, hi = -1.0 / 0.0;
       for (int32_t e = lane; e < n; e += lanes) {
@@ -560,7 +568,10 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
       }
       lo = t.min(lo);
       hi = t.max(hi);
-      if (!(hi > lo)) return false;  // every value equal: no threshold separates them
+      if (!(hi > lo)) {  // every value equal: no threshold separates them
+        if (fits) break;
+        return false;
+      }
       for (int32_t b = lane; b < kTreeSelectBins; b += lanes) s.hist[b] = 0;
       t.sync();
       for (int32_t e = lane; e < n; e += lanes) t.add(&s.hist[tree_select_bin(s.ek[e], lo, hi)], 1);
@@ -585,7 +596,10 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
         if (acc >= budget) cand = kTreeSelectBins - 1 - q;
       }
       const int32_t bstar = t.max_int(cand);
-      if (bstar <= 0) return false;  // nothing would be cut
+      if (bstar <= 0) {  // nothing would be cut
+        if (fits) break;
+        return false;
+      }
       // The new theta: the smallest value in bins >= bstar (>= budget values are >= it).
       double nt = 1.0 / 0.0;
       for (int32_t e = lane; e < n; e += lanes)
@@ -598,7 +612,10 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
                              });
       }
       nt = t.min(nt);
-      if (!(nt > theta)) return false;
+      if (!(nt > theta)) {
+        if (fits) break;
+        return false;
+      }
       theta = nt;
       if (!root) tree_select_compact(t, s, theta, &n, &plo);
     }
