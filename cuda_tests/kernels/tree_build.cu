@@ -115,6 +115,10 @@ struct BlockTeam {
   }
   __device__ bool any(bool x) { return __syncthreads_or(x ? 1 : 0) != 0; }
   __device__ void add(int32_t* p, int32_t v) { atomicAdd(p, v); }
+  __device__ int32_t fetch_add(int32_t* p, int32_t v) { return atomicAdd(p, v); }
+  __device__ void min_u64(uint64_t* p, uint64_t v) {
+    atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  }
 };
 
 // Visibility row i of a request (vis: its [T,T] block; parents: its parents output row) by
@@ -200,15 +204,19 @@ __global__ void __launch_bounds__(kThreads)
       heap_fallback[b] = kSelect && !placed && st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0;
   }
   // Small trees (visibility != nullptr: T <= kFuseT): this block writes the request's
-  // visibility rows too, from the parents row it wrote (a barrier orders a block's global
-  // stores), saving the visibility kernel's launch.  The ancestor buffers follow the bytes
-  // the build used.
+  // visibility rows too, saving the visibility kernel's launch.  The parents row it wrote
+  // (a barrier orders a block's global stores) is copied to shared memory once, so the
+  // root-path walks cost shared-memory latency; it and the ancestor buffers follow the
+  // bytes the build used.
   if (visibility != nullptr) {
     __syncthreads();
+    int32_t* vis_par = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, kSelect) + 15) / 16 * 16);
+    for (int64_t i = tid; i < T; i += kThreads) vis_par[i] = parents[row + i];
+    __syncthreads();
     const int warp = tid / kWarp, lane = tid % kWarp;
-    int32_t* anc = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, kSelect) + 15) / 16 * 16) + warp * anc_len;
+    int32_t* anc = vis_par + (T + 3) / 4 * 4 + warp * anc_len;
     for (int64_t i = warp; i < T; i += kThreads / kWarp)
-      visibility_row_by_warp(visibility + b * T * T, parents + row, T, i, count, anc, anc_len, lane);
+      visibility_row_by_warp(visibility + b * T * T, vis_par, T, i, count, anc, anc_len, lane);
   }
 }
 
@@ -303,8 +311,8 @@ BuildLaunch build_launch(int64_t N, int64_t D, int32_t kernel) {
   }
   l.fuse = N + 1 <= kFuseT;
   l.smem = build_smem_bytes(N, select);
-  if (l.fuse)
-    l.smem = (l.smem + 15) / 16 * 16 +
+  if (l.fuse)  // the parents row (T int32, padded to 16 bytes) and one ancestor buffer per warp
+    l.smem = (l.smem + 15) / 16 * 16 + sizeof(int32_t) * static_cast<size_t>((N + 1 + 3) / 4 * 4) +
              sizeof(int32_t) * static_cast<size_t>(l.threads / kWarp) * static_cast<size_t>(vis_anc_len(N, D));
   return l;
 }

@@ -348,39 +348,58 @@ KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; 
 struct TreeSelectSet {
   double* w;          // score (float64, the contract's evaluation)
   double* ek;         // effective key
+  uint64_t* bin_min;  // [kTreeSelectBins] smallest ek of each histogram bin (tree_select_key)
   int32_t* par;       // parent entry, -1 for the root
   int32_t* gen;       // generator entry (parent for rank 0, else the previous sibling), -1 = root
   int32_t* dep;       // depth, 1..depth_limit
   int32_t* rk;        // rank within the row
   int32_t* tmp;       // scratch: new entry indices of a compaction
-  int32_t* hist;      // [kTreeSelectBins] histogram of one threshold raise
+  int32_t* hist;      // [kTreeSelectBins] values per bin of one threshold raise ...
+  int32_t* hist_new;  // [kTreeSelectBins] ... and how many of them are new children
+  int32_t* next;      // [1] the next free entry (children are placed by atomic increments)
   uint8_t* clamped;   // 1 iff w > ek(generator)
   int64_t cap;
 };
 
 // Bytes of a TreeSelectSet of `cap` entries laid out by tree_select_set().
 KDTR_HD inline size_t tree_select_set_bytes(int64_t cap) {
-  const size_t c = static_cast<size_t>(cap);
-  return c * (8 + 8 + 4 * 5) + 4 * static_cast<size_t>(kTreeSelectBins) + ((c + 15) / 16) * 16;
+  const size_t c = static_cast<size_t>(cap), bins = static_cast<size_t>(kTreeSelectBins);
+  return c * (8 + 8 + 4 * 5) + bins * (8 + 4 + 4) + 16 + ((c + 15) / 16) * 16;
 }
 
 // The arrays of a TreeSelectSet carved out of `mem` (8-byte aligned, tree_select_set_bytes).
 KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap) {
-  const size_t c = static_cast<size_t>(cap);
+  const size_t c = static_cast<size_t>(cap), bins = static_cast<size_t>(kTreeSelectBins);
   unsigned char* m = static_cast<unsigned char*>(mem);
   TreeSelectSet s;
   s.w = reinterpret_cast<double*>(m);
   s.ek = reinterpret_cast<double*>(m + 8 * c);
-  int32_t* i32 = reinterpret_cast<int32_t*>(m + 16 * c);
+  s.bin_min = reinterpret_cast<uint64_t*>(m + 16 * c);
+  int32_t* i32 = reinterpret_cast<int32_t*>(m + 16 * c + 8 * bins);
   s.par = i32;
   s.gen = i32 + c;
   s.dep = i32 + 2 * c;
   s.rk = i32 + 3 * c;
   s.tmp = i32 + 4 * c;
   s.hist = i32 + 5 * c;
-  s.clamped = reinterpret_cast<uint8_t*>(s.hist + kTreeSelectBins);
+  s.hist_new = s.hist + bins;
+  s.next = s.hist_new + bins;
+  s.clamped = reinterpret_cast<uint8_t*>(s.next + 4);
   s.cap = cap;
   return s;
+}
+
+// Order-preserving key of a finite double (a < b iff key(a) < key(b) as unsigned), and back.
+KDTR_HD inline uint64_t tree_select_key(double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return (u >> 63) != 0 ? ~u : u | 0x8000000000000000ULL;
+}
+KDTR_HD inline double tree_select_unkey(uint64_t k) {
+  const uint64_t u = (k >> 63) != 0 ? k & 0x7fffffffffffffffULL : ~k;
+  double v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
 }
 
 // The CPU's team: one lane; the CUDA block's team is in tree_build.cu (cub block scans and
@@ -398,6 +417,12 @@ struct TreeSelectSerialTeam {
   KDTR_HD int32_t max_int(int32_t x) { return x; }
   KDTR_HD bool any(bool x) { return x; }
   KDTR_HD void add(int32_t* p, int32_t v) { *p += v; }
+  KDTR_HD int32_t fetch_add(int32_t* p, int32_t v) {  // returns the old value
+    const int32_t old = *p;
+    *p += v;
+    return old;
+  }
+  KDTR_HD void min_u64(uint64_t* p, uint64_t v) { *p = v < *p ? v : *p; }
 };
 
 // Children of one parent at depth d = row + 1, in rank order, while their ek >= theta:
@@ -426,11 +451,14 @@ KDTR_HD inline int32_t tree_select_children(const float* row, int64_t K, bool ro
   return n;
 }
 
-// Histogram bin of an ek in [lo, hi] (hi > lo): nondecreasing in v, 0..kTreeSelectBins-1.
-KDTR_HD inline int32_t tree_select_bin(double v, double lo, double hi) {
-  const double t = (v - lo) / (hi - lo);
-  const int32_t b = static_cast<int32_t>(t * kTreeSelectBins);
-  return b < 0 ? 0 : (b >= kTreeSelectBins ? kTreeSelectBins - 1 : b);
+// Histogram bin of an ek in [lo, hi]: nondecreasing in v (a subtraction and a product by
+// the positive scale = kTreeSelectBins / (hi - lo), each rounded monotonically), clamped to
+// 0..kTreeSelectBins-1 (an infinite scale, hi - lo tiny, puts every v > lo in the top bin).
+KDTR_HD inline int32_t tree_select_bin(double v, double lo, double scale) {
+  const double x = v - lo;
+  if (!(x > 0)) return 0;
+  const double t = x * scale;
+  return t < kTreeSelectBins ? static_cast<int32_t>(t) : kTreeSelectBins - 1;
 }
 
 // True iff entry a comes before entry b in the queue's order: larger w, then smaller rank
@@ -521,50 +549,56 @@ KDTR_HD inline void tree_select_compact(Team& t, TreeSelectSet s, double theta, 
 // entries of the order (int32, in s.ek) being slots 1..*count and the slot of each of them
 // in s.w (int32, indexed by entry).  Returns false where it cannot prove the heap build's
 // order (see above); the caller then runs tree_build_grow.  Reads lp rows d < depth_limit.
+//
+// Per depth: one pass over the parents counts the children above theta (and their range);
+// when the set would pass the budget, a histogram pass (value counts, new-children counts
+// and each bin's smallest value) gives the new theta and the new children's count at once,
+// and the entries are compacted; a last pass places the children (slots by atomic
+// increments; the sort makes the order within a depth irrelevant).
 KDTR_HD_TEMPLATE
 template <class Team>
 KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_t budget, int32_t depth_limit,
                                      TreeSelectSet s, int32_t* count) {
   const int32_t lane = t.lane(), lanes = t.lanes();
   const int32_t cap = static_cast<int32_t>(s.cap);
-  double theta = -1.0 / 0.0;  // every ek passes
-  int32_t n = 0, plo = 0;     // entries; the first entry of the last depth (the parents of the next)
+  const double inf = 1.0 / 0.0;
+  double theta = -inf;    // every ek passes
+  int32_t n = 0, plo = 0;  // entries; the first entry of the last depth (the parents of the next)
   for (int32_t d = 1; d <= depth_limit; ++d) {
     const float* row = lp + static_cast<int64_t>(d - 1) * K;
     const bool root = d == 1;
-    int32_t mine = 0, total = 0, at = 0;
-    for (int32_t refine = 0;; ++refine) {
+    // Children above theta of this lane's parents: count and range of their eks.
+    double lo = inf, hi = -inf;
+    auto count_children = [&]() {
+      int32_t mine = 0;
+      lo = inf;
+      hi = -inf;
       const int32_t parents = root ? 1 : n - plo;
-      mine = 0;
       for (int32_t q = lane; q < parents; q += lanes) {
         const int32_t p = plo + q;
         mine += tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                                     [](int32_t, double, double, bool) {});
+                                     [&](int32_t, double, double ek, bool) {
+                                       lo = ek < lo ? ek : lo;
+                                       hi = ek > hi ? ek : hi;
+                                     });
       }
-      at = t.exclusive_sum(mine, &total);
-      // Raise theta whenever the set would pass the budget: a tight theta keeps the deeper
-      // depths from adding nodes that cannot be placed.  Past the budget but within the
-      // capacity, one raise per depth is enough, and a raise that fails is no reason to
-      // give up.
+      int32_t total = 0;
+      t.exclusive_sum(mine, &total);
+      return total;
+    };
+    int32_t total = count_children();
+    // Raise theta whenever the set would pass the budget: a tight theta keeps the deeper
+    // depths from adding nodes that cannot be placed.  Past the budget but within the
+    // capacity a raise that fails is no reason to give up.
+    for (int32_t refine = 0; n + total > budget; ++refine) {
       const bool fits = n + total <= cap;
-      if (n + total <= budget || (fits && refine > 0)) break;
       if (refine == kTreeSelectRefines) {
         if (fits) break;
         return false;
       }
-      // Raise theta: the values are the eks of the entries and of the new children.
-      double lo = 1.0 / 0.0, hi = -1.0 / 0.0;
       for (int32_t e = lane; e < n; e += lanes) {
         lo = s.ek[e] < lo ? s.ek[e] : lo;
         hi = s.ek[e] > hi ? s.ek[e] : hi;
-      }
-      for (int32_t q = lane; q < parents; q += lanes) {
-        const int32_t p = plo + q;
-        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                             [&](int32_t, double, double ek, bool) {
-                               lo = ek < lo ? ek : lo;
-                               hi = ek > hi ? ek : hi;
-                             });
       }
       lo = t.min(lo);
       hi = t.max(hi);
@@ -572,13 +606,28 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
         if (fits) break;
         return false;
       }
-      for (int32_t b = lane; b < kTreeSelectBins; b += lanes) s.hist[b] = 0;
+      const double scale = kTreeSelectBins / (hi - lo);
+      for (int32_t b = lane; b < kTreeSelectBins; b += lanes) {
+        s.hist[b] = 0;
+        s.hist_new[b] = 0;
+        s.bin_min[b] = ~0ULL;
+      }
       t.sync();
-      for (int32_t e = lane; e < n; e += lanes) t.add(&s.hist[tree_select_bin(s.ek[e], lo, hi)], 1);
+      for (int32_t e = lane; e < n; e += lanes) {
+        const int32_t b = tree_select_bin(s.ek[e], lo, scale);
+        t.add(&s.hist[b], 1);
+        t.min_u64(&s.bin_min[b], tree_select_key(s.ek[e]));
+      }
+      const int32_t parents = root ? 1 : n - plo;
       for (int32_t q = lane; q < parents; q += lanes) {
         const int32_t p = plo + q;
         tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                             [&](int32_t, double, double ek, bool) { t.add(&s.hist[tree_select_bin(ek, lo, hi)], 1); });
+                             [&](int32_t, double, double ek, bool) {
+                               const int32_t b = tree_select_bin(ek, lo, scale);
+                               t.add(&s.hist[b], 1);
+                               t.add(&s.hist_new[b], 1);
+                               t.min_u64(&s.bin_min[b], tree_select_key(ek));
+                             });
       }
       t.sync();
       // bstar: the largest bin whose suffix (bins >= it) holds >= budget values; lanes
@@ -600,42 +649,47 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
         if (fits) break;
         return false;
       }
-      // The new theta: the smallest value in bins >= bstar (>= budget values are >= it).
-      double nt = 1.0 / 0.0;
-      for (int32_t e = lane; e < n; e += lanes)
-        if (tree_select_bin(s.ek[e], lo, hi) >= bstar && s.ek[e] < nt) nt = s.ek[e];
-      for (int32_t q = lane; q < parents; q += lanes) {
-        const int32_t p = plo + q;
-        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                             [&](int32_t, double, double ek, bool) {
-                               if (tree_select_bin(ek, lo, hi) >= bstar && ek < nt) nt = ek;
-                             });
+      // The new theta: the smallest value in bins >= bstar (>= budget values are >= it,
+      // and exactly the values in those bins are); the new children left above it.
+      uint64_t kmin = ~0ULL;
+      int32_t kids = 0;
+      for (int32_t q = q0; q < q1; ++q) {
+        const int32_t b = kTreeSelectBins - 1 - q;
+        if (b < bstar) break;
+        kmin = s.bin_min[b] < kmin ? s.bin_min[b] : kmin;
+        kids += s.hist_new[b];
       }
-      nt = t.min(nt);
+      const double nt = t.min(kmin == ~0ULL ? inf : tree_select_unkey(kmin));
+      t.exclusive_sum(kids, &total);
       if (!(nt > theta)) {
         if (fits) break;
         return false;
       }
       theta = nt;
       if (!root) tree_select_compact(t, s, theta, &n, &plo);
+      if (n + total <= budget || n + total <= cap) break;
+      total = count_children();  // the next raise needs the children's range above the new theta
     }
     if (total == 0) break;
-    // Write the children: each parent's run is contiguous, in rank order.
+    // Place the children: each takes the next free entry; its generator is the previous
+    // child of the same parent (or the parent).
+    if (lane == 0) *s.next = n;
+    t.sync();
     const int32_t parents = root ? 1 : n - plo;
-    int32_t next = n + at;
     for (int32_t q = lane; q < parents; q += lanes) {
       const int32_t p = root ? -1 : plo + q;
       int32_t prev = p;
       tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
                            [&](int32_t r, double w, double ek, bool cl) {
-                             s.w[next] = w;
-                             s.ek[next] = ek;
-                             s.par[next] = p;
-                             s.gen[next] = prev;
-                             s.dep[next] = d;
-                             s.rk[next] = r;
-                             s.clamped[next] = cl ? 1 : 0;
-                             prev = next++;
+                             const int32_t at = t.fetch_add(s.next, 1);
+                             s.w[at] = w;
+                             s.ek[at] = ek;
+                             s.par[at] = p;
+                             s.gen[at] = prev;
+                             s.dep[at] = d;
+                             s.rk[at] = r;
+                             s.clamped[at] = cl ? 1 : 0;
+                             prev = at;
                            });
     }
     t.sync();
