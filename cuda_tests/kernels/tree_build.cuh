@@ -425,29 +425,30 @@ struct TreeSelectSerialTeam {
   KDTR_HD void min_u64(uint64_t* p, uint64_t v) { *p = v < *p ? v : *p; }
 };
 
-// Child r of one parent at depth d = row + 1: true iff its ek >= theta, with its score, ek
-// and clamped flag in *w_out, *ek_out, *clamped_out.  The scores are the heap build's,
-// operation for operation, ranks 0..r in turn: the root's first child lp[0][0] exactly
-// (root = true), any other first child pw + lp[d-1][0], a sibling (w - lp[d-1][q-1]) +
-// lp[d-1][q]; `pek` is the parent's ek (ignored for the root).  Stops early (false) at the
-// first rank whose ek < theta (the later ranks' eks are no larger).  O(r) additions; one
-// lane per (parent, rank) runs a depth's candidate children in parallel.
-KDTR_HD inline bool tree_select_child(const float* row, bool root, double pw, double pek, int64_t r, double theta,
-                                      double* w_out, double* ek_out, bool* clamped_out) {
+// Children of one parent at depth d = row + 1, in rank order, while their ek >= theta:
+// calls emit(r, w, ek, clamped) for each and returns how many.  The scores are the heap
+// build's, operation for operation: the root's first child lp[0][0] exactly (root = true),
+// any other first child pw + lp[d-1][0], a sibling (w - lp[d-1][r-1]) + lp[d-1][r].  `pek`
+// is the parent's ek (ignored for the root).
+KDTR_HD_TEMPLATE
+template <class Emit>
+KDTR_HD inline int32_t tree_select_children(const float* row, int64_t K, bool root, double pw, double pek,
+                                            double theta, Emit&& emit) {
   double w = root ? static_cast<double>(row[0]) : pw + static_cast<double>(row[0]);
   bool clamped = !root && w > pek;
   double ek = root || w < pek ? w : pek;
-  if (ek < theta) return false;
-  for (int64_t q = 1; q <= r; ++q) {
-    w = (w - static_cast<double>(row[q - 1])) + static_cast<double>(row[q]);
-    clamped = w > ek;
-    ek = w < ek ? w : ek;
-    if (ek < theta) return false;
+  int32_t n = 0;
+  for (int64_t r = 0; r < K; ++r) {
+    if (r > 0) {
+      w = (w - static_cast<double>(row[r - 1])) + static_cast<double>(row[r]);
+      clamped = w > ek;
+      ek = w < ek ? w : ek;
+    }
+    if (ek < theta) break;
+    emit(static_cast<int32_t>(r), w, ek, clamped);
+    ++n;
   }
-  *w_out = w;
-  *ek_out = ek;
-  *clamped_out = clamped;
-  return true;
+  return n;
 }
 
 // Histogram bin of an ek in [lo, hi]: nondecreasing in v (a subtraction and a product by
@@ -549,12 +550,11 @@ KDTR_HD inline void tree_select_compact(Team& t, TreeSelectSet s, double theta, 
 // in s.w (int32, indexed by entry).  Returns false where it cannot prove the heap build's
 // order (see above); the caller then runs tree_build_grow.  Reads lp rows d < depth_limit.
 //
-// Per depth, the candidate children are the items (parent, rank), one lane each
-// (tree_select_child): one pass counts those above theta (and their range); when the set
-// would pass the budget, a histogram pass (value counts, new-children counts and each
-// bin's smallest value) gives the new theta and the new children's count at once, and the
-// entries are compacted; then each parent's number of children above theta (a prefix of
-// its ranks), a scan for the offsets, and a pass that writes them.
+// Per depth: one pass over the parents counts the children above theta (and their range);
+// when the set would pass the budget, a histogram pass (value counts, new-children counts
+// and each bin's smallest value) gives the new theta and the new children's count at once,
+// and the entries are compacted; a last pass places the children (slots by atomic
+// increments; the sort makes the order within a depth irrelevant).
 KDTR_HD_TEMPLATE
 template <class Team>
 KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_t budget, int32_t depth_limit,
@@ -567,25 +567,20 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
   for (int32_t d = 1; d <= depth_limit; ++d) {
     const float* row = lp + static_cast<int64_t>(d - 1) * K;
     const bool root = d == 1;
-    // Item i = (parent plo + i / K, rank i % K); the root is the only parent at depth 1.
-    auto child = [&](int64_t i, double* w, double* ek, bool* cl) {
-      const int32_t p = plo + static_cast<int32_t>(i / K);
-      return tree_select_child(row, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], i % K, theta, w, ek, cl);
-    };
-    // Children above theta: count and range of their eks.
+    // Children above theta of this lane's parents: count and range of their eks.
     double lo = inf, hi = -inf;
     auto count_children = [&]() {
       int32_t mine = 0;
       lo = inf;
       hi = -inf;
-      const int64_t items = static_cast<int64_t>(root ? 1 : n - plo) * K;
-      for (int64_t i = lane; i < items; i += lanes) {
-        double w, ek;
-        bool cl;
-        if (!child(i, &w, &ek, &cl)) continue;
-        ++mine;
-        lo = ek < lo ? ek : lo;
-        hi = ek > hi ? ek : hi;
+      const int32_t parents = root ? 1 : n - plo;
+      for (int32_t q = lane; q < parents; q += lanes) {
+        const int32_t p = plo + q;
+        mine += tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                                     [&](int32_t, double, double ek, bool) {
+                                       lo = ek < lo ? ek : lo;
+                                       hi = ek > hi ? ek : hi;
+                                     });
       }
       int32_t total = 0;
       t.exclusive_sum(mine, &total);
@@ -623,15 +618,16 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
         t.add(&s.hist[b], 1);
         t.min_u64(&s.bin_min[b], tree_select_key(s.ek[e]));
       }
-      const int64_t items = static_cast<int64_t>(root ? 1 : n - plo) * K;
-      for (int64_t i = lane; i < items; i += lanes) {
-        double w, ek;
-        bool cl;
-        if (!child(i, &w, &ek, &cl)) continue;
-        const int32_t b = tree_select_bin(ek, lo, scale);
-        t.add(&s.hist[b], 1);
-        t.add(&s.hist_new[b], 1);
-        t.min_u64(&s.bin_min[b], tree_select_key(ek));
+      const int32_t parents = root ? 1 : n - plo;
+      for (int32_t q = lane; q < parents; q += lanes) {
+        const int32_t p = plo + q;
+        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                             [&](int32_t, double, double ek, bool) {
+                               const int32_t b = tree_select_bin(ek, lo, scale);
+                               t.add(&s.hist[b], 1);
+                               t.add(&s.hist_new[b], 1);
+                               t.min_u64(&s.bin_min[b], tree_select_key(ek));
+                             });
       }
       t.sync();
       // bstar: the largest bin whose suffix (bins >= it) holds >= budget values; lanes
@@ -671,56 +667,30 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
       }
       theta = nt;
       if (!root) tree_select_compact(t, s, theta, &n, &plo);
-      if (n + total <= cap) break;
+      if (n + total <= budget || n + total <= cap) break;
       total = count_children();  // the next raise needs the children's range above the new theta
     }
     if (total == 0) break;
-    // Place the children: a parent's children above theta are a prefix of its ranks; its
-    // last one records the prefix's length (a rank-0 child below theta records 0) in
-    // tmp[parent], a scan over the parents turns the lengths into offsets, and child
-    // (p, r) goes to n + offset(p) + r, its generator being (p, r - 1) or p.
+    // Place the children: each takes the next free entry; its generator is the previous
+    // child of the same parent (or the parent).
+    if (lane == 0) *s.next = n;
+    t.sync();
     const int32_t parents = root ? 1 : n - plo;
-    const int64_t items = static_cast<int64_t>(parents) * K;
-    for (int64_t i = lane; i < items; i += lanes) {
-      const int64_t r = i % K;
-      double w, ek;
-      bool cl;
-      const bool above = child(i, &w, &ek, &cl);
-      double w1, ek1;
-      bool cl1;
-      if (above ? (r + 1 == K || !child(i + 1, &w1, &ek1, &cl1)) : r == 0)
-        s.tmp[i / K] = above ? static_cast<int32_t>(r + 1) : 0;
-    }
-    t.sync();
-    {
-      const int32_t chunk = (parents + lanes - 1) / lanes;
-      const int32_t q0 = lane * chunk < parents ? lane * chunk : parents;
-      const int32_t q1 = q0 + chunk < parents ? q0 + chunk : parents;
-      int32_t run = 0;
-      for (int32_t q = q0; q < q1; ++q) run += s.tmp[q];
-      int32_t all = 0;
-      int32_t at = t.exclusive_sum(run, &all);
-      for (int32_t q = q0; q < q1; ++q) {
-        const int32_t c = s.tmp[q];
-        s.tmp[q] = at;
-        at += c;
-      }
-    }
-    t.sync();
-    for (int64_t i = lane; i < items; i += lanes) {
-      double w, ek;
-      bool cl;
-      if (!child(i, &w, &ek, &cl)) continue;
-      const int32_t q = static_cast<int32_t>(i / K), r = static_cast<int32_t>(i % K);
+    for (int32_t q = lane; q < parents; q += lanes) {
       const int32_t p = root ? -1 : plo + q;
-      const int32_t at = n + s.tmp[q] + r;
-      s.w[at] = w;
-      s.ek[at] = ek;
-      s.par[at] = p;
-      s.gen[at] = r == 0 ? p : at - 1;
-      s.dep[at] = d;
-      s.rk[at] = r;
-      s.clamped[at] = cl ? 1 : 0;
+      int32_t prev = p;
+      tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
+                           [&](int32_t r, double w, double ek, bool cl) {
+                             const int32_t at = t.fetch_add(s.next, 1);
+                             s.w[at] = w;
+                             s.ek[at] = ek;
+                             s.par[at] = p;
+                             s.gen[at] = prev;
+                             s.dep[at] = d;
+                             s.rk[at] = r;
+                             s.clamped[at] = cl ? 1 : 0;
+                             prev = at;
+                           });
     }
     t.sync();
     plo = n;
