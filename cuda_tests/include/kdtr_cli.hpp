@@ -346,12 +346,12 @@ inline void require_scratch_bytes(const File& g, const std::string& field, const
 
 // Bytes of the CPU tree_build's scratch (cuda_tests/kernels/tree_build.cuh,
 // TreeBuildCpuScratch): heap (N + 1) candidates, 5 slot arrays of T int32, an ancestor path
-// of min(D, N) + 1 int32, and with the select build its candidate set of
-// `select_set_bytes`.  Allocated once, whatever B (also for B = 0).
-inline Bytes tree_build_scratch_bytes(uint64_t N, uint64_t D, size_t candidate_size, uint64_t select_set_bytes) {
+// of min(D, N) + 1 int32, and with the select build its candidate set and widened
+// log-probs, `select_bytes`.  Allocated once, whatever B (also for B = 0).
+inline Bytes tree_build_scratch_bytes(uint64_t N, uint64_t D, size_t candidate_size, Bytes select_bytes) {
   const uint64_t T = N + 1;
   return Bytes::product({T, candidate_size}) + Bytes::product({T, 5 * 4}) +
-         Bytes::product({std::min(D, N) + 1, 4}) + Bytes::product({select_set_bytes, 1});
+         Bytes::product({std::min(D, N) + 1, 4}) + select_bytes;
 }
 
 // Bytes of the CPU verify_attn's scratch for one request attending to at most L keys

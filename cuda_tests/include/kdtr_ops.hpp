@@ -618,7 +618,7 @@ void run_cuda(const cli::Args& args, const Device& dev, const Outputs& host_out,
 // Returns the kernel to put in TreeBuildParams::kernel.
 inline int32_t configure_tree_build(const TreeBuildParams& p, int32_t want, int device, const std::string& who) {
   auto fits = [&](int32_t k, size_t* need, size_t* have) {
-    *need = tree_build_smem_bytes(p.N, p.D, k);
+    *need = tree_build_smem_bytes(p.N, p.D, p.K, k);
     KDTR_CUDA_CHECK(tree_build_smem_available(device, k, have));
     return *need <= *have;
   };

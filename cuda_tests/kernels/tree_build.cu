@@ -38,7 +38,7 @@ constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and 
 constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
 constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
 constexpr int64_t kSmallN = 256;
-constexpr int64_t kFuseT = 256;                  // T <= kFuseT: the build block writes its visibility
+constexpr int64_t kFuseT = 128;                  // T <= kFuseT: the build block writes its visibility
 constexpr int kVisThreads = 256;                 // visibility kernel
 constexpr int kVisWarps = kVisThreads / kWarp;
 static_assert(kHeapThreads % kWarp == 0, "whole warps");
@@ -50,10 +50,14 @@ __host__ __device__ inline size_t heap_bytes(int64_t N) {
   return sizeof(TreeBuildCand) * static_cast<size_t>(N + 1) + sizeof(int32_t) * 5 * static_cast<size_t>(N + 1);
 }
 
-__host__ __device__ inline size_t build_smem_bytes(int64_t N, bool select) {
+// The build's bytes: the heap build's, and for the select kernel the larger of that and its
+// candidate set followed by the request's log-probs widened to double (D * K).
+__host__ __device__ inline size_t build_smem_bytes(int64_t N, int64_t D, int64_t K, bool select) {
   const size_t heap = heap_bytes(N);
   if (!select) return heap;
-  const size_t set = tree_select_set_bytes(tree_select_capacity(N));
+  if (D > 0 && K > (int64_t{1} << 36) / D) return ~size_t{0} / 2;  // D * K doubles never fit
+  const size_t set = (tree_select_set_bytes(tree_select_capacity(N)) + 15) / 16 * 16 +
+                     sizeof(double) * static_cast<size_t>(D) * static_cast<size_t>(K);
   return set > heap ? set : heap;
 }
 
@@ -173,8 +177,14 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ typename BlockTeam<kThreads>::Storage team_storage;
     if (st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0) {
       BlockTeam<kThreads> team{team_storage};
-      const TreeSelectSet set = tree_select_set(smem, tree_select_capacity(N));
-      placed = tree_select_grow(team, lp, K, req_budget, req_depth_limit, set, &count);
+      const int64_t cap = tree_select_capacity(N);
+      const TreeSelectSet set = tree_select_set(smem, cap);
+      // The rows the build reads, widened to double once (coalesced), in shared memory.
+      double* lpd = reinterpret_cast<double*>(smem + (tree_select_set_bytes(cap) + 15) / 16 * 16);
+      for (int64_t e = tid; e < static_cast<int64_t>(req_depth_limit) * K; e += kThreads)
+        lpd[e] = static_cast<double>(lp[e]);
+      __syncthreads();
+      placed = tree_select_grow(team, lpd, K, req_budget, req_depth_limit, set, &count);
       if (placed)
         tree_select_node_outputs(team, set, count, ids, K, root_token_ids[b], T, node_token_ids + row,
                                  node_depths + row, parents + row, next_token + row, next_sibling + row);
@@ -204,19 +214,31 @@ __global__ void __launch_bounds__(kThreads)
       heap_fallback[b] = kSelect && !placed && st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0;
   }
   // Small trees (visibility != nullptr: T <= kFuseT): this block writes the request's
-  // visibility rows too, saving the visibility kernel's launch.  The parents row it wrote
-  // (a barrier orders a block's global stores) is copied to shared memory once, so the
-  // root-path walks cost shared-memory latency; it and the ancestor buffers follow the
-  // bytes the build used.
+  // visibility too, saving the visibility kernel's launch: the [T,T] block is built in
+  // shared memory (zeros, then each row's root path, walked on a shared copy of the
+  // parents row it wrote -- a barrier orders a block's global stores) and copied out
+  // whole, coalesced.  Both follow the bytes the build used.
   if (visibility != nullptr) {
     __syncthreads();
-    int32_t* vis_par = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, kSelect) + 15) / 16 * 16);
+    int32_t* vis_par = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, D, K, kSelect) + 15) / 16 * 16);
+    uint8_t* blk = reinterpret_cast<uint8_t*>(vis_par + (T + 3) / 4 * 4);
+    const int64_t bytes = T * T, words = (bytes + 3) / 4;
     for (int64_t i = tid; i < T; i += kThreads) vis_par[i] = parents[row + i];
+    for (int64_t k = tid; k < words; k += kThreads) reinterpret_cast<uint32_t*>(blk)[k] = 0u;
     __syncthreads();
-    const int warp = tid / kWarp, lane = tid % kWarp;
-    int32_t* anc = vis_par + (T + 3) / 4 * 4 + warp * anc_len;
-    for (int64_t i = warp; i < T; i += kThreads / kWarp)
-      visibility_row_by_warp(visibility + b * T * T, vis_par, T, i, count, anc, anc_len, lane);
+    for (int64_t i = tid; i <= count; i += kThreads) {
+      int32_t len = 0;
+      for (int32_t s = static_cast<int32_t>(i); s >= 0 && s < T && len < anc_len; s = vis_par[s], ++len)
+        blk[i * T + s] = 1;
+    }
+    __syncthreads();
+    uint8_t* dst = visibility + b * T * T;
+    if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0 && (bytes & 3) == 0) {
+      for (int64_t k = tid; k < bytes / 4; k += kThreads)
+        reinterpret_cast<uint32_t*>(dst)[k] = reinterpret_cast<const uint32_t*>(blk)[k];
+    } else {
+      for (int64_t k = tid; k < bytes; k += kThreads) dst[k] = blk[k];
+    }
   }
 }
 
@@ -296,7 +318,7 @@ struct BuildLaunch {
   size_t smem;
 };
 
-BuildLaunch build_launch(int64_t N, int64_t D, int32_t kernel) {
+BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
   const bool select = kernel == TREE_BUILD_KERNEL_SELECT;
   BuildLaunch l;
   if (!select) {
@@ -310,16 +332,16 @@ BuildLaunch build_launch(int64_t N, int64_t D, int32_t kernel) {
     l.threads = kSelectThreads;
   }
   l.fuse = N + 1 <= kFuseT;
-  l.smem = build_smem_bytes(N, select);
-  if (l.fuse)  // the parents row (T int32, padded to 16 bytes) and one ancestor buffer per warp
+  l.smem = build_smem_bytes(N, D, K, select);
+  if (l.fuse)  // the parents row (T int32, padded to 16 bytes) and the [T,T] block (padded to 4)
     l.smem = (l.smem + 15) / 16 * 16 + sizeof(int32_t) * static_cast<size_t>((N + 1 + 3) / 4 * 4) +
-             sizeof(int32_t) * static_cast<size_t>(l.threads / kWarp) * static_cast<size_t>(vis_anc_len(N, D));
+             static_cast<size_t>(((N + 1) * (N + 1) + 3) / 4 * 4);
   return l;
 }
 
 }  // namespace
 
-size_t tree_build_smem_bytes(int64_t N, int64_t D, int32_t kernel) { return build_launch(N, D, kernel).smem; }
+size_t tree_build_smem_bytes(int64_t N, int64_t D, int64_t K, int32_t kernel) { return build_launch(N, D, K, kernel).smem; }
 
 cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes) {
   int optin = 0;
@@ -329,7 +351,7 @@ cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes)
   size_t static_max = 0;
   for (int64_t N : {int64_t{1}, kSmallN + 1}) {
     cudaFuncAttributes attr;
-    err = cudaFuncGetAttributes(&attr, build_launch(N, 1, kernel).fn);
+    err = cudaFuncGetAttributes(&attr, build_launch(N, 1, 1, kernel).fn);
     if (err != cudaSuccess) return err;
     static_max = attr.sharedSizeBytes > static_max ? attr.sharedSizeBytes : static_max;
   }
@@ -341,7 +363,7 @@ cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes)
 cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
   if (smem_bytes > static_cast<size_t>(0x7fffffff)) return cudaErrorInvalidValue;
   for (int64_t N : {int64_t{1}, kSmallN + 1}) {
-    const cudaError_t err = cudaFuncSetAttribute(build_launch(N, 1, kernel).fn,
+    const cudaError_t err = cudaFuncSetAttribute(build_launch(N, 1, 1, kernel).fn,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(smem_bytes));
     if (err != cudaSuccess) return err;
@@ -354,7 +376,7 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (B < 0 || D < 0 || K < 0 || N < 0 || N > 0x7ffffffeLL || B > 0x7fffffffLL) return cudaErrorInvalidValue;
   if (p.kernel != TREE_BUILD_KERNEL_HEAP && p.kernel != TREE_BUILD_KERNEL_SELECT) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
-  const BuildLaunch l = build_launch(N, D, p.kernel);
+  const BuildLaunch l = build_launch(N, D, K, p.kernel);
   const int32_t anc_len = vis_anc_len(N, D);
   uint8_t* fused_visibility = l.fuse ? p.visibility : nullptr;
   void* args[] = {const_cast<float**>(&p.top_log_probs), const_cast<int64_t**>(&p.top_token_ids),

@@ -432,15 +432,15 @@ struct TreeSelectSerialTeam {
 // is the parent's ek (ignored for the root).
 KDTR_HD_TEMPLATE
 template <class Emit>
-KDTR_HD inline int32_t tree_select_children(const float* row, int64_t K, bool root, double pw, double pek,
+KDTR_HD inline int32_t tree_select_children(const double* row, int64_t K, bool root, double pw, double pek,
                                             double theta, Emit&& emit) {
-  double w = root ? static_cast<double>(row[0]) : pw + static_cast<double>(row[0]);
+  double w = root ? row[0] : pw + row[0];
   bool clamped = !root && w > pek;
   double ek = root || w < pek ? w : pek;
   int32_t n = 0;
   for (int64_t r = 0; r < K; ++r) {
     if (r > 0) {
-      w = (w - static_cast<double>(row[r - 1])) + static_cast<double>(row[r]);
+      w = (w - row[r - 1]) + row[r];
       clamped = w > ek;
       ek = w < ek ? w : ek;
     }
@@ -461,31 +461,29 @@ KDTR_HD inline int32_t tree_select_bin(double v, double lo, double scale) {
   return t < kTreeSelectBins ? static_cast<int32_t>(t) : kTreeSelectBins - 1;
 }
 
-// True iff entry a comes before entry b in the queue's order: larger w, then smaller rank
-// path (entries of one set never share a path).  -1 (sort padding) comes last.  The paths
-// are walked up the entries' parents as in tree_build_path_less.
-KDTR_HD inline bool tree_select_before(int32_t a, int32_t b, const TreeSelectSet& s) {
-  if (a < 0) return false;
-  if (b < 0) return true;
-  if (s.w[a] != s.w[b]) return s.w[a] > s.w[b];
-  int32_t da = s.dep[a], ra = s.rk[a], pa = s.par[a];
-  int32_t db = s.dep[b], rb = s.rk[b], pb = s.par[b];
+// True iff entry a's rank path is smaller than entry b's (a != b, entries of one set never
+// share a path): the paths are walked up the entries' parents as in tree_build_path_less.
+// Only called on equal scores.
+KDTR_HD inline bool tree_select_path_less(int32_t a, int32_t b, const int32_t* par, const int32_t* dep,
+                                          const int32_t* rk) {
+  int32_t da = dep[a], ra = rk[a], pa = par[a];
+  int32_t db = dep[b], rb = rk[b], pb = par[b];
   while (da > db) {
-    ra = s.rk[pa];
-    pa = s.par[pa];
+    ra = rk[pa];
+    pa = par[pa];
     --da;
   }
   while (db > da) {
-    rb = s.rk[pb];
-    pb = s.par[pb];
+    rb = rk[pb];
+    pb = par[pb];
     --db;
   }
-  if (ra == rb && pa == pb) return s.dep[a] < s.dep[b];
+  if (ra == rb && pa == pb) return dep[a] < dep[b];
   while (pa != pb) {
-    ra = s.rk[pa];
-    pa = s.par[pa];
-    rb = s.rk[pb];
-    pb = s.par[pb];
+    ra = rk[pa];
+    pa = par[pa];
+    rb = rk[pb];
+    pb = par[pb];
   }
   return rb > ra;
 }
@@ -548,7 +546,9 @@ KDTR_HD inline void tree_select_compact(Team& t, TreeSelectSet s, double theta, 
 // s.cap >= budget).  On success returns true with *count = node_count, the first *count
 // entries of the order (int32, in s.ek) being slots 1..*count and the slot of each of them
 // in s.w (int32, indexed by entry).  Returns false where it cannot prove the heap build's
-// order (see above); the caller then runs tree_build_grow.  Reads lp rows d < depth_limit.
+// order (see above); the caller then runs tree_build_grow.  `lp` is the request's
+// top_log_probs rows d < depth_limit widened to double (exactly; the CUDA kernel stages
+// them in shared memory, row stride K).
 //
 // Per depth: one pass over the parents counts the children above theta (and their range);
 // when the set would pass the budget, a histogram pass (value counts, new-children counts
@@ -557,7 +557,7 @@ KDTR_HD inline void tree_select_compact(Team& t, TreeSelectSet s, double theta, 
 // increments; the sort makes the order within a depth irrelevant).
 KDTR_HD_TEMPLATE
 template <class Team>
-KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_t budget, int32_t depth_limit,
+KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32_t budget, int32_t depth_limit,
                                      TreeSelectSet s, int32_t* count) {
   const int32_t lane = t.lane(), lanes = t.lanes();
   const int32_t cap = static_cast<int32_t>(s.cap);
@@ -565,7 +565,7 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
   double theta = -inf;    // every ek passes
   int32_t n = 0, plo = 0;  // entries; the first entry of the last depth (the parents of the next)
   for (int32_t d = 1; d <= depth_limit; ++d) {
-    const float* row = lp + static_cast<int64_t>(d - 1) * K;
+    const double* row = lp + static_cast<int64_t>(d - 1) * K;
     const bool root = d == 1;
     // Children above theta of this lane's parents: count and range of their eks.
     double lo = inf, hi = -inf;
@@ -671,26 +671,28 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
       total = count_children();  // the next raise needs the children's range above the new theta
     }
     if (total == 0) break;
-    // Place the children: each takes the next free entry; its generator is the previous
-    // child of the same parent (or the parent).
+    // Place the children: a parent's run of children takes the next free entries (one
+    // atomic increment per parent); a child's generator is the previous child of the same
+    // parent (or the parent).  The sort makes the order of the runs irrelevant.
     if (lane == 0) *s.next = n;
     t.sync();
     const int32_t parents = root ? 1 : n - plo;
     for (int32_t q = lane; q < parents; q += lanes) {
       const int32_t p = root ? -1 : plo + q;
-      int32_t prev = p;
-      tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                           [&](int32_t r, double w, double ek, bool cl) {
-                             const int32_t at = t.fetch_add(s.next, 1);
-                             s.w[at] = w;
-                             s.ek[at] = ek;
-                             s.par[at] = p;
-                             s.gen[at] = prev;
-                             s.dep[at] = d;
-                             s.rk[at] = r;
-                             s.clamped[at] = cl ? 1 : 0;
-                             prev = at;
-                           });
+      const double pw = root ? 0.0 : s.w[p], pek = root ? 0.0 : s.ek[p];
+      const int32_t c = tree_select_children(row, K, root, pw, pek, theta, [](int32_t, double, double, bool) {});
+      if (c == 0) continue;
+      const int32_t base = t.fetch_add(s.next, c);
+      tree_select_children(row, K, root, pw, pek, theta, [&](int32_t r, double w, double ek, bool cl) {
+        const int32_t at = base + r;
+        s.w[at] = w;
+        s.ek[at] = ek;
+        s.par[at] = p;
+        s.gen[at] = r == 0 ? p : at - 1;
+        s.dep[at] = d;
+        s.rk[at] = r;
+        s.clamped[at] = cl ? 1 : 0;
+      });
     }
     t.sync();
     plo = n;
@@ -700,8 +702,10 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
   bool clamped = false;
   for (int32_t e = lane; e < n; e += lanes) clamped = clamped || s.clamped[e] != 0;
   if (t.any(clamped)) return false;
-  // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order.
+  // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order:
+  // larger w first, equal w by rank path (tree_select_path_less), padding last.
   int32_t* order = reinterpret_cast<int32_t*>(s.ek);
+  const double* w = s.w;
   int32_t P = 1;
   while (P < n) P <<= 1;
   for (int32_t i = lane; i < P; i += lanes) order[i] = i < n ? i : -1;
@@ -712,7 +716,15 @@ KDTR_HD inline bool tree_select_grow(Team& t, const float* lp, int64_t K, int32_
         const int32_t l = i ^ j;
         if (l <= i) continue;
         const int32_t a = order[i], b = order[l];
-        const bool swap = (i & k) == 0 ? tree_select_before(b, a, s) : tree_select_before(a, b, s);
+        // lo_first: the entry that must come first of the pair (a at i, b at l)
+        bool b_first;
+        if (a < 0 || b < 0) {
+          b_first = a < 0 && b >= 0;
+        } else {
+          const double wa = w[a], wb = w[b];
+          b_first = wb > wa || (wb == wa && tree_select_path_less(b, a, s.par, s.dep, s.rk));
+        }
+        const bool swap = (i & k) == 0 ? b_first : !b_first;
         if (swap) {
           order[i] = b;
           order[l] = a;
@@ -802,17 +814,19 @@ KDTR_HD inline void tree_build_node_outputs(int64_t i, const int64_t* ids, int64
 // Scratch of the CPU backend, reused request after request: the heap build's candidate
 // queue (N + 1) and slot arrays (5 * T int32), a root path (min(D, N) + 1 int32), and for
 // the select build its candidate set (tree_select_set_bytes(tree_select_capacity(N)) bytes,
-// 8-byte aligned).
+// 8-byte aligned) and the request's log-probs widened to double (D * K).
 struct TreeBuildCpuScratch {
   std::vector<TreeBuildCand> heap;
   std::vector<int32_t> slot_mem;
   std::vector<int32_t> anc;
   std::vector<double> select_mem;  // doubles: the set's 8-byte alignment
+  std::vector<double> lp_rows;     // the select build's log-probs, widened: D * K
   TreeSelectSet select{};
-  TreeBuildCpuScratch(int64_t N, int64_t D, bool with_select)
+  TreeBuildCpuScratch(int64_t N, int64_t D, int64_t K, bool with_select)
       : heap(static_cast<size_t>(N + 1)), slot_mem(static_cast<size_t>(5 * (N + 1))),
         anc(static_cast<size_t>((D < N ? D : N) + 1)) {
     if (with_select) {
+      lp_rows.resize(static_cast<size_t>(D * K));
       const int64_t cap = tree_select_capacity(N);
       select_mem.resize((tree_select_set_bytes(cap) + 7) / 8);
       select = tree_select_set(select_mem.data(), cap);
@@ -836,7 +850,9 @@ inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t r
   bool placed = false;
   if (st == TREE_BUILD_OK && kernel == TREE_BUILD_KERNEL_SELECT && budget > 0 && depth_limit > 0 && K > 0) {
     TreeSelectSerialTeam team;
-    placed = tree_select_grow(team, lp, K, budget, depth_limit, scratch.select, &count);
+    double* lpd = scratch.lp_rows.data();
+    for (int64_t e = 0; e < static_cast<int64_t>(depth_limit) * K; ++e) lpd[e] = static_cast<double>(lp[e]);
+    placed = tree_select_grow(team, lpd, K, budget, depth_limit, scratch.select, &count);
     if (placed)
       tree_select_node_outputs(team, scratch.select, count, ids, K, root_token, T, node_token_ids, node_depths,
                                parents, next_token, next_sibling);
@@ -873,7 +889,7 @@ inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t r
 // after request.
 inline void tree_build_cpu(const TreeBuildParams& p) {
   const int64_t N = p.N, D = p.D, K = p.K, T = N + 1;
-  TreeBuildCpuScratch scratch(N, D, p.kernel == TREE_BUILD_KERNEL_SELECT);
+  TreeBuildCpuScratch scratch(N, D, K, p.kernel == TREE_BUILD_KERNEL_SELECT);
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t in_row = b * D * K, out_row = b * T;
     tree_build_request(p.top_log_probs + in_row, p.top_token_ids + in_row, p.root_token_ids[b], p.budget[b],

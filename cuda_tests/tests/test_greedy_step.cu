@@ -110,7 +110,7 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
   cli::require_scratch_bytes(g, "metadata max_budget",
                              tree_len + cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]),
                                                                       static_cast<uint64_t>(d["D"]),
-                                                                      sizeof(TreeBuildCand), 0),
+                                                                      sizeof(TreeBuildCand), cli::Bytes::product({0})),
                              "tree_build: " + d.eq("N") + ", " + d.eq("D"));
   const int32_t* prefix_len = in.get<const int32_t>("input.prefix_len");
   uint64_t L = 0;

@@ -59,7 +59,10 @@ int32_t kernel_option(const cli::Args& args) {
 void check_limits(const File& g, const ops::Dims& d, const ops::Outputs& out, bool cpu, bool select) {
   out.require_within_limit(g, "metadata max_budget", d.eq("B") + ", T = max_budget + 1 = " + std::to_string(d["T"]));
   if (cpu) {
-    const uint64_t set = select ? tree_select_set_bytes(tree_select_capacity(d["N"])) : 0;
+    const cli::Bytes set =
+        select ? cli::Bytes::product({static_cast<uint64_t>(tree_select_set_bytes(tree_select_capacity(d["N"]))), 1}) +
+                     cli::Bytes::product({static_cast<uint64_t>(d["D"]), static_cast<uint64_t>(d["K"]), 8})
+               : cli::Bytes::product({0});
     cli::require_scratch_bytes(g, "metadata max_budget",
                                cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]), static_cast<uint64_t>(d["D"]),
                                                              sizeof(TreeBuildCand), set),
