@@ -453,3 +453,24 @@ def test_select_kernel_builds_ordinary_requests_itself(binary, tmp_path, backend
     assert built > 0
     assert "select_fallbacks" in meta, f"no select_fallbacks in the output metadata {meta}"
     assert 0 <= int(meta["select_fallbacks"]) < built, (meta, built)
+
+
+@pytest.mark.parametrize("bad", ["fast", "", "SELECT", "heap,select"])
+def test_unknown_kernel_is_a_usage_error(binary, tmp_path, bad):
+    """--kernel other than auto/heap/select: exit 2, one line naming the option, no output."""
+    out = tmp_path / "o.kdtr"
+    r = subprocess.run([str(binary), "--input", str(GOLDEN_DIR / "default.kdtr"), "--output", str(out),
+                        "--kernel", bad], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "--kernel must be auto, heap or select" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cpu_auto_kernel_is_the_heap_build(binary, tmp_path):
+    """On the CPU, auto runs the heap build (metadata kernel cpu_heap, no select_fallbacks)."""
+    out = tmp_path / "o.kdtr"
+    r = subprocess.run([str(binary), "--input", str(GOLDEN_DIR / "default.kdtr"), "--output", str(out),
+                        "--backend", "cpu"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    meta = kdtr.load(out).metadata
+    assert meta["kernel"] == "cpu_heap" and "select_fallbacks" not in meta
