@@ -8,13 +8,7 @@
 set -uo pipefail
 OUT=${OUT:-h200-out}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export COLUMNS=120 PYTHONUNBUFFERED=1
+. "$(dirname "$0")/h200_env.sh"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv

@@ -13,13 +13,7 @@
 set -uo pipefail
 OUT=${OUT:-h200-out}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export COLUMNS=120 PYTHONUNBUFFERED=1
+. "$(dirname "$0")/h200_env.sh"
 STEPS=${KDTR_STEPS:-build check sanitize profile bench}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 {

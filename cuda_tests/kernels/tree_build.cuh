@@ -184,18 +184,19 @@ KDTR_HD inline void tree_build_init_slots(TreeBuildSlots s, int64_t T, int64_t l
 // The best-first builder
 // ---------------------------------------------------------------------------------------
 
-// True iff the rank path of candidate a is smaller than that of candidate b
+// True iff the rank path of candidate (da, ra, pa) is smaller than that of (db, rb, pb)
 // (lexicographic, a path before its extensions).  Candidate (d, r, p) is path(p) + [r],
-// where path(p) is read from the built tree: slot q at depth k >= 1 has rank[q] at depth k
-// and parent[q] at depth k - 1; every depth-1 slot has parent 0 (the root).  Lift the
-// deeper candidate to the other's depth; equal (rank, parent) there means one path is a
-// prefix of the other (the shorter comes first); otherwise walk both up until they share
-// the parent, where the two ranks differ (one parent never has two children of equal rank)
-// and decide.  At most max(da, db) steps.
-KDTR_HD inline bool tree_build_path_less(const TreeBuildCand& a, const TreeBuildCand& b, const int32_t* parent,
-                                         const int32_t* rank) {
-  int32_t da = a.d, ra = a.r, pa = a.p;
-  int32_t db = b.d, rb = b.r, pb = b.p;
+// where path(p) is read from the built tree: node q at depth k >= 1 has rank[q] at depth
+// k and parent[q] at depth k - 1; every depth-1 node has the same parent (the root: slot 0
+// for the heap build, -1 for the select build's entries).  Lift the deeper candidate to
+// the other's depth; equal (rank, parent) there means one path is a prefix of the other
+// (the shorter comes first); otherwise walk both up until they share the parent, where
+// the two ranks differ (one parent never has two children of equal rank) and decide.  At
+// most max(da, db) steps.  Shared by both builds (tree_build_path_less, and the select
+// build's sort).
+KDTR_HD inline bool tree_build_rank_path_less(int32_t da, int32_t ra, int32_t pa, int32_t db, int32_t rb, int32_t pb,
+                                              const int32_t* parent, const int32_t* rank) {
+  const int32_t a_depth = da, b_depth = db;
   while (da > db) {
     ra = rank[pa];
     pa = parent[pa];
@@ -206,14 +207,20 @@ KDTR_HD inline bool tree_build_path_less(const TreeBuildCand& a, const TreeBuild
     pb = parent[pb];
     --db;
   }
-  if (ra == rb && pa == pb) return a.d < b.d;
-  while (pa != pb) {  // both at the same depth >= 2 here; ends at depth 1 (parent 0) at the latest
+  if (ra == rb && pa == pb) return a_depth < b_depth;
+  while (pa != pb) {  // both at the same depth >= 2 here; ends at depth 1 (the root parent) at the latest
     ra = rank[pa];
     pa = parent[pa];
     rb = rank[pb];
     pb = parent[pb];
   }
   return ra < rb;
+}
+
+// The heap build's candidates: a before b by rank path.
+KDTR_HD inline bool tree_build_path_less(const TreeBuildCand& a, const TreeBuildCand& b, const int32_t* parent,
+                                         const int32_t* rank) {
+  return tree_build_rank_path_less(a.d, a.r, a.p, b.d, b.r, b.p, parent, rank);
 }
 
 // The strict total order of the queue: a pops before b.
@@ -461,33 +468,6 @@ KDTR_HD inline int32_t tree_select_bin(double v, double lo, double scale) {
   return t < kTreeSelectBins ? static_cast<int32_t>(t) : kTreeSelectBins - 1;
 }
 
-// True iff entry a's rank path is smaller than entry b's (a != b, entries of one set never
-// share a path): the paths are walked up the entries' parents as in tree_build_path_less.
-// Only called on equal scores.
-KDTR_HD inline bool tree_select_path_less(int32_t a, int32_t b, const int32_t* par, const int32_t* dep,
-                                          const int32_t* rk) {
-  int32_t da = dep[a], ra = rk[a], pa = par[a];
-  int32_t db = dep[b], rb = rk[b], pb = par[b];
-  while (da > db) {
-    ra = rk[pa];
-    pa = par[pa];
-    --da;
-  }
-  while (db > da) {
-    rb = rk[pb];
-    pb = par[pb];
-    --db;
-  }
-  if (ra == rb && pa == pb) return dep[a] < dep[b];
-  while (pa != pb) {
-    ra = rk[pa];
-    pa = par[pa];
-    rb = rk[pb];
-    pb = par[pb];
-  }
-  return rb > ra;
-}
-
 // Keep the entries with ek >= theta, in order, renumbering parents and generators (every
 // kept entry's parent and generator are kept: ek never increases along a generator chain).
 // Updates *n and *plo (the first entry of the last depth).
@@ -703,7 +683,7 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
   for (int32_t e = lane; e < n; e += lanes) clamped = clamped || s.clamped[e] != 0;
   if (t.any(clamped)) return false;
   // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order:
-  // larger w first, equal w by rank path (tree_select_path_less), padding last.
+  // larger w first, equal w by rank path (tree_build_rank_path_less), padding last.
   int32_t* order = reinterpret_cast<int32_t*>(s.ek);
   const double* w = s.w;
   int32_t P = 1;
@@ -722,7 +702,8 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
           b_first = a < 0 && b >= 0;
         } else {
           const double wa = w[a], wb = w[b];
-          b_first = wb > wa || (wb == wa && tree_select_path_less(b, a, s.par, s.dep, s.rk));
+          b_first = wb > wa || (wb == wa && tree_build_rank_path_less(s.dep[b], s.rk[b], s.par[b], s.dep[a], s.rk[a],
+                                                                          s.par[a], s.par, s.rk));
         }
         const bool swap = (i & k) == 0 ? b_first : !b_first;
         if (swap) {
