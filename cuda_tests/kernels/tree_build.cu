@@ -2,24 +2,28 @@
 //
 // Contract: docs/ops/tree_build.md.  The per-request pieces (validation, the heap build,
 // the select build, the node rows) are kdtr::tree_build_* / tree_select_* from
-// tree_build.cuh, shared with the CPU backend.  Two launches:
+// tree_build.cuh, shared with the CPU backend.  One or two launches:
 //
-//   tree_build_kernel<select>: one block per request.
+//   tree_build_kernel<threads, select>: one block per request.
 //     1. all threads: statuses 3-6 over the checked rows' elements, striped, reduced with
 //        atomicMin to the first failing status
-//     2. select (1024 threads): the select build (tree_select_grow: depth-by-depth
-//        collection above a threshold, block scans for the offsets, a bitonic sort) and its
-//        node rows; where it gives up -- or for the heap kernel (256 threads), or an
-//        invalid request -- thread 0 runs the heap build in shared memory and all threads
-//        write the node rows from its slot arrays
-//   tree_build_visibility_kernel: the [B,T,T] visibility block, one row per warp, spread
-//     over the whole GPU (a request's rows are not tied to its build block): lane 0 walks
-//     the row's root path up the parents output, the 32 lanes store the row as aligned
-//     16-byte chunks (bytes only at the row's two unaligned ends).
+//     2. select kernel (256 threads for N <= 256, else 1024): the request's log-prob rows
+//        widened to double in shared memory, then the select build (tree_select_grow:
+//        depth-by-depth collection above a threshold, histogram raises, a bitonic sort)
+//        and its node rows; where it gives up -- or for the heap kernel (256 threads), or
+//        an invalid request -- thread 0 runs the heap build in shared memory and all
+//        threads write the node rows from its slot arrays
+//     3. T <= 128: the request's [T,T] visibility block, built in shared memory and copied
+//        out whole
+//   tree_build_visibility_kernel (T > 128): the [B,T,T] visibility block, one row per warp,
+//     spread over the whole GPU (a request's rows are not tied to its build block): lane 0
+//     walks the row's root path up the parents output, the 32 lanes store the row as
+//     aligned 16-byte chunks (bytes only at the row's two unaligned ends).
 //
 // Shared memory of the build kernel (tree_build_smem_bytes): the heap build's queue (N + 1
-// candidates of 24 B) and slot arrays (5 int32 [T]), and for the select kernel its
-// candidate set (tree_select_set_bytes(tree_select_capacity(N))) in the same bytes.
+// candidates of 24 B) and slot arrays (5 int32 [T]); for the select kernel its candidate
+// set (tree_select_set_bytes(tree_select_capacity(N))) and the widened rows (D * K
+// doubles) in the same bytes; for T <= 128 the parents row and the T x T block after them.
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
