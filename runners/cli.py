@@ -13,7 +13,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -89,25 +88,6 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if not (math.isfinite(value) and 0.1 <= value <= MAX_TIMEOUT):
         raise click.BadParameter(f"{value!r} is not a number of seconds in [0.1, {MAX_TIMEOUT:g}]")
     return value
-
-
-def _stop_now(exc: BaseException, console: Console) -> None:
-    """Leave an interrupted ``kdtr run`` at once (run_all has dropped the queued cases and
-    killed the running binaries): a message, no report, exit 128 + signal (130 for Ctrl-C).
-
-    os._exit rather than unwinding: the signal lands wherever the main thread happened to
-    be, possibly holding a lock of the live display that its refresh thread, or the
-    interpreter's join of the worker threads, would then wait on for ever."""
-    signum = exc.signum if isinstance(exc, runner.Terminated) else signal.SIGINT
-    try:
-        if console.is_terminal:
-            console.file.write("\x1b[?25h")  # the live display hides the cursor
-        sys.stdout.flush()
-        sys.stderr.write(f"kdtr: {signal.Signals(signum).name}: run stopped, its binaries killed; "
-                         "no report written\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(128 + int(signum))
 
 
 @main.command()
@@ -186,10 +166,7 @@ def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir
                     progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {escape(printable(r.case.id))}")
                 progress.update(task, advance=1, description=escape(printable(r.case.id)))
 
-            try:
-                results = runner.run_all(cases, cfg, jobs, on_done=done)
-            except (KeyboardInterrupt, runner.Terminated) as exc:
-                _stop_now(exc, console)
+            results = runner.run_all(cases, cfg, jobs, on_done=done)
     except runner.Terminated as exc:
         click.echo(f"kdtr: {exc.args[0]}: run stopped, its binaries killed; no report written", err=True)
         sys.exit(128 + exc.signum)
