@@ -119,6 +119,8 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
             )
             props = ET.SubElement(tc, "properties")
             ET.SubElement(props, "property", name="status", value=r.status)
+            if r.device is not None:
+                ET.SubElement(props, "property", name="device", value=str(r.device))
             ET.SubElement(props, "property", name="rerun", value=printable(r.rerun))
             text = "\n".join(mismatch_lines(r))
             if r.status == Status.MISMATCH:
@@ -153,6 +155,10 @@ def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
         out.append(_md_cell(f"Commit: {env['commit']}."))
     if env.get("selection"):
         out.append(_md_cell(f"Selection: {env['selection']}."))
+    devices = sorted({r.device for r in results if r.device is not None})
+    if len(devices) > 1:
+        per = ", ".join(f"{d}: {sum(r.device == d for r in results)}" for d in devices)
+        out.append(f"CUDA devices (cases each): {per}; conformance.json gives each case's device.")
     out.append("")
     out.append("| " + " | ".join(STATUSES) + " |")
     out.append("|" + " --- |" * len(STATUSES))

@@ -23,6 +23,9 @@ import fcntl
 import fnmatch
 import json
 import os
+import queue
+import re
+import selectors
 import shlex
 import stat
 import signal
@@ -31,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,14 @@ BACKENDS = ("cpu", "cuda")
 STATUSES = tuple(Status)  # in report order
 EXIT_RUNTIME, EXIT_INPUT, EXIT_NOT_SUPPORTED = 1, 2, 3
 KNOWN_FAILURES = "known_failures.json"
+# Batch mode (docs/binaries.md): after each golden a binary run with --batch prints
+# "@kdtr-batch i=<k> rc=<exit code> s=<seconds> msg=<error message>" on stdout.
+BATCH_TAG = "@kdtr-batch"
+_BATCH_LINE = re.compile(r"@kdtr-batch i=(\d+) rc=(-?\d+) s=([0-9.eE+-]+) msg=(.*)")
+# compute-sanitizer tools `kdtr run --sanitizer` accepts; a sanitizer that finds errors
+# exits with SANITIZER_EXIT (its --error-exitcode), which no binary uses.
+SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
+SANITIZER_EXIT = 99
 
 
 class UsageError(ValueError):
@@ -59,6 +70,9 @@ class Case:
     config: str
     golden: Path
     backend: str
+    # The CUDA device a cuda case runs on (set by :func:`run_all` when it spreads the cases
+    # over the devices; None: RunConfig.device). Not part of the case's identity.
+    device: int | None = field(default=None, compare=False)
 
     @property
     def id(self) -> str:
@@ -76,6 +90,8 @@ class CaseResult:
     output_file: str = ""
     stderr: str = ""
     rerun: str = ""
+    device: int | None = None  # the CUDA device that ran a cuda case; None for cpu
+    process: str = ""  # "batch": judged from a batch run of its op; "single": its own process
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +99,8 @@ class CaseResult:
             "op": self.case.op,
             "config": self.case.config,
             "backend": self.case.backend,
+            "device": self.device,
+            "process": self.process,
             "golden": str(self.case.golden),
             "status": self.status,
             "reason": self.reason,
@@ -101,13 +119,25 @@ class RunConfig:
     bin_dir: Path
     out_dir: Path
     timeout: float = 60.0
-    device: int = 0
+    device: int = 0  # the CUDA device of cuda cases that name none (Case.device)
+    # The devices run_all spreads the cuda cases over (empty: just `device`).
+    devices: tuple[int, ...] = ()
+    # One binary process per op, backend and device for all its goldens (--batch), with
+    # one process per golden where a batch crashes, hangs or a sanitizer reports errors.
+    batch: bool = True
+    # A compute-sanitizer tool (SANITIZERS) that wraps every cuda case; "" for none.
+    sanitizer: str = ""
+    sanitizer_bin: str = "compute-sanitizer"
     known_failures: dict[str, str] = field(default_factory=dict)
     # Goldens that must not be run, with the reason (not in the manifest, wrong hash,
     # not a regular file): each of their cases is an ERROR naming the file.
     golden_problems: dict[Path, str] = field(default_factory=dict)
-    # Options a rerun line must repeat (--golden-dir, --bin-dir, --timeout, --tier all, ...).
+    # Options a rerun line must repeat (--golden-dir, --bin-dir, --timeout, --tier all, ...;
+    # not --device: rerun_line adds the case's own).
     rerun_args: list[str] = field(default_factory=list)
+
+    def device_list(self) -> tuple[int, ...]:
+        return self.devices or (self.device,)
 
 
 def discover(golden_dir: Path, second_tier: bool = False, registry: Any = None) -> list[tuple[str, str, Path]]:
@@ -346,25 +376,15 @@ def literal_pattern(text: str) -> str:
 def rerun_line(case: Case, cfg: RunConfig) -> str:
     """The shell command that reruns ``case`` alone, with the options it needs."""
     pattern = f"{literal_pattern(case.op)}/{literal_pattern(case.config)}"
-    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *cfg.rerun_args])
+    device = _device_of(case, cfg)
+    dev = ["--device", str(device)] if device is not None and device != 0 else []
+    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *cfg.rerun_args, *dev])
 
 
-def run_case(case: Case, cfg: RunConfig) -> CaseResult:
-    """Run one case and return its result; never raises for the case's own failures."""
-    t0 = time.monotonic()
-    res = CaseResult(case, Status.ERROR)
-    res.rerun = rerun_line(case, cfg)
-    res.status, res.reason = _run_case(case, cfg, res)
-    res.seconds = time.monotonic() - t0
-    waiver = cfg.known_failures.get(f"{case.op}/{case.config}@{case.backend}") or cfg.known_failures.get(
-        f"{case.op}/{case.config}"
-    )
-    if waiver and res.status in FAILING:
-        res.reason = f"waived ({waiver}); was {res.status}: {res.reason}"
-        res.status = Status.WAIVED
-    elif waiver and res.status == Status.PASS:
-        res.reason = f"passes although waived ({waiver}): remove it from {KNOWN_FAILURES}"
-    return res
+def _device_of(case: Case, cfg: RunConfig) -> int | None:
+    if case.backend != "cuda":
+        return None
+    return cfg.device if case.device is None else case.device
 
 
 _ACTIVE: set[subprocess.Popen] = set()
@@ -414,78 +434,348 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _run_binary(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """Run a test binary in its own process group; on timeout kill the whole group
-    (a wrapper script or a sanitizer leaves no orphans) and raise TimeoutExpired."""
+@dataclass
+class _Streamed:
+    """What a binary process left: its exit code (None when killed for a timeout), its
+    stdout other than batch result lines, and its stderr (each capped, the tail kept)."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+_STREAM_CAP = 1 << 22  # bytes of stdout / stderr kept per process (the tail)
+
+
+def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str], None] | None = None) -> _Streamed:
+    """Run a test binary in its own process group, reading stdout and stderr as they come.
+
+    Each stdout line starting with :data:`BATCH_TAG` goes to ``on_batch_line`` and restarts
+    the clock: ``timeout`` bounds the time to the first such line and between two of them
+    (for a binary that prints none, the whole run). On timeout the whole group is killed
+    (a wrapper script or a sanitizer leaves no orphans) and ``returncode`` is None.
+    """
     parent = os.getpid()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True,
+                            start_new_session=True,
                             preexec_fn=(lambda: _child_setup(parent)) if _prctl is not None else None)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
         if _STOPPING.is_set():  # started while the run was being interrupted
             _kill_group(proc)
+    out_keep, err_keep, pending = bytearray(), bytearray(), bytearray()
+    sel = selectors.DefaultSelector()
+    timed_out = False
     try:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
-            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                _kill_group(proc)
+                break
+            for key, _ in sel.select(timeout=remaining):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                if key.fileobj is proc.stderr:
+                    err_keep += chunk
+                    del err_keep[:-_STREAM_CAP]
+                    continue
+                pending += chunk
+                while (nl := pending.find(b"\n")) >= 0:
+                    line = bytes(pending[: nl + 1])
+                    del pending[: nl + 1]
+                    if on_batch_line is not None and line.startswith(BATCH_TAG.encode() + b" "):
+                        on_batch_line(line.decode(errors="replace").rstrip("\n"))
+                        deadline = time.monotonic() + timeout
+                    else:
+                        out_keep += line
+                        del out_keep[:-_STREAM_CAP]
+        out_keep += pending
+        if timed_out:
+            proc.wait()
+        else:
+            try:  # both pipes closed: the binary is ending (or handed them to a stray child)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                proc.wait()
     finally:
+        sel.close()
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        if proc.returncode is None:  # an exception on the way: leave nothing running
+            _kill_group(proc)
+            proc.wait()
         with _ACTIVE_LOCK:
             _ACTIVE.discard(proc)
+    return _Streamed(None if timed_out else proc.returncode,
+                     out_keep.decode(errors="replace"), err_keep.decode(errors="replace"))
 
 
-def _run_case(case: Case, cfg: RunConfig, res: CaseResult) -> tuple[Status, str]:
+@dataclass
+class _Prepared:
+    """A case ready to run: its golden (open), binary, output path and result record."""
+
+    case: Case
+    res: CaseResult
+    golden: kformat.KdtrFile
+    binary: Path
+    out_path: Path
+    t0: float
+
+
+def _new_result(case: Case, cfg: RunConfig) -> CaseResult:
+    res = CaseResult(case, Status.ERROR, device=_device_of(case, cfg))
+    res.rerun = rerun_line(case, cfg)
+    return res
+
+
+def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
+    """Check what a case needs before its binary runs; None (and ``res`` holding an
+    ERROR) when it cannot run."""
+    t0 = time.monotonic()
     if case.golden in cfg.golden_problems:
-        return Status.ERROR, cfg.golden_problems[case.golden]
+        res.reason = cfg.golden_problems[case.golden]
+        return None
     try:
         golden = kformat.load(case.golden)
     except (KdtrError, OSError) as exc:
-        return Status.ERROR, f"golden unreadable: {exc}"
+        res.reason = f"golden unreadable: {exc}"
+        return None
     op = golden.metadata.get("op")
-    if op != case.op:
-        return Status.ERROR, f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
     config = golden.metadata.get("config")
-    if config != case.config:
-        return Status.ERROR, f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
     binary = cfg.bin_dir / f"kdtr_{case.op}"
-    if not binary.exists():
-        return Status.ERROR, f"binary {binary} not found (run `make`)"
-    out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.unlink(missing_ok=True)
-    res.output_file = str(out_path)
-    cmd = [str(binary), "--input", str(case.golden), "--output", str(out_path), "--backend", case.backend]
-    if case.backend == "cuda":
-        cmd += ["--device", str(cfg.device)]
-    res.command = cmd
-    try:
-        proc = _run_binary(cmd, cfg.timeout)
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        res.stderr = _tail(err)
-        return Status.TIMEOUT, f"killed after {cfg.timeout:g} s"
-    except OSError as exc:
-        return Status.ERROR, f"cannot start {binary}: {exc}"
-    res.stderr = _tail(proc.stderr)
-    first_line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "(no message)"
-    rc = proc.returncode
+    if op != case.op:
+        res.reason = f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
+    elif config != case.config:
+        res.reason = f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
+    elif not binary.exists():
+        res.reason = f"binary {binary} not found (run `make`)"
+    else:
+        out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.unlink(missing_ok=True)
+        res.output_file = str(out_path)
+        return _Prepared(case, res, golden, binary, out_path, t0)
+    golden.close()
+    return None
+
+
+def _sanitizer_prefix(case: Case, cfg: RunConfig) -> list[str]:
+    if not cfg.sanitizer or case.backend != "cuda":
+        return []
+    extra = ["--leak-check", "full"] if cfg.sanitizer == "memcheck" else []
+    return [cfg.sanitizer_bin, "--tool", cfg.sanitizer, *extra, "--error-exitcode", str(SANITIZER_EXIT)]
+
+
+def _backend_args(case: Case, cfg: RunConfig) -> list[str]:
+    device = _device_of(case, cfg)
+    return ["--backend", case.backend] + (["--device", str(device)] if device is not None else [])
+
+
+def _single_command(p: _Prepared, cfg: RunConfig) -> list[str]:
+    return [*_sanitizer_prefix(p.case, cfg), str(p.binary), "--input", str(p.case.golden),
+            "--output", str(p.out_path), *_backend_args(p.case, cfg)]
+
+
+def _sanitizer_errors(stdout: str) -> str:
+    """compute-sanitizer's error count and first report line, from its output."""
+    lines = [ln[len("========="):].strip() for ln in stdout.splitlines() if ln.startswith("=========")]
+    summary = next((ln for ln in lines if ln.startswith("ERROR SUMMARY")), "")
+    first = next((ln for ln in lines if ln and not ln.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY"))
+                  and not ln.startswith("    ")), "")
+    return "; ".join(x for x in (summary, f"first: {first}" if first else "") if x) or "(no report line)"
+
+
+def _exit_status(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str = "") -> tuple[Status, str] | None:
+    """The status of a binary's exit code for case ``p``; None when it succeeded (exit 0)
+    and its output is to be judged."""
     if rc < 0:
         return Status.CRASH, f"killed by {_signal_name(rc)}"
+    if rc == SANITIZER_EXIT and _sanitizer_prefix(p.case, cfg):
+        return Status.CRASH, f"compute-sanitizer {cfg.sanitizer} reported errors: {_sanitizer_errors(stdout)}"
     if rc == EXIT_NOT_SUPPORTED:
-        if case.backend == "cpu":  # the cpu backend always exists (docs/binaries.md)
-            return Status.ERROR, f"binary says the cpu backend is not supported (exit 3): {first_line}"
-        return Status.NOT_SUPPORTED, first_line
+        if p.case.backend == "cpu":  # the cpu backend always exists (docs/binaries.md)
+            return Status.ERROR, f"binary says the cpu backend is not supported (exit 3): {last_line}"
+        return Status.NOT_SUPPORTED, last_line
     if rc == EXIT_INPUT:
-        return Status.ERROR, f"binary rejected its input (exit 2): {first_line}"
+        return Status.ERROR, f"binary rejected its input (exit 2): {last_line}"
     if rc != 0:
-        return Status.CRASH, f"exit {rc}: {first_line}"
-    status, reason, outputs = _judge(case, golden, out_path)
-    res.outputs = outputs
-    return status, reason
+        return Status.CRASH, f"exit {rc}: {last_line}"
+    return None
+
+
+def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str = "") -> None:
+    st = _exit_status(p, cfg, rc, last_line, stdout)
+    if st is None:
+        p.res.status, p.res.reason, p.res.outputs = _judge(p.case, p.golden, p.out_path)
+    else:
+        p.res.status, p.res.reason = st
+
+
+def _waive(res: CaseResult, cfg: RunConfig) -> CaseResult:
+    case = res.case
+    waiver = cfg.known_failures.get(f"{case.op}/{case.config}@{case.backend}") or cfg.known_failures.get(
+        f"{case.op}/{case.config}"
+    )
+    if waiver and res.status in FAILING:
+        res.reason = f"waived ({waiver}); was {res.status}: {res.reason}"
+        res.status = Status.WAIVED
+    elif waiver and res.status == Status.PASS:
+        res.reason = f"passes although waived ({waiver}): remove it from {KNOWN_FAILURES}"
+    return res
+
+
+def _run_single(p: _Prepared, cfg: RunConfig) -> None:
+    cmd = _single_command(p, cfg)
+    p.res.command = cmd
+    p.res.process = "single"
+    try:
+        run = _stream_binary(cmd, cfg.timeout)
+    except OSError as exc:
+        p.res.status, p.res.reason = Status.ERROR, f"cannot start {cmd[0]}: {exc}"
+        return
+    p.res.stderr = _tail(run.stderr)
+    if run.returncode is None:
+        p.res.status, p.res.reason = Status.TIMEOUT, f"killed after {cfg.timeout:g} s"
+        return
+    last_line = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "(no message)"
+    _conclude(p, cfg, run.returncode, last_line, run.stdout)
+
+
+def run_case(case: Case, cfg: RunConfig) -> CaseResult:
+    """Run one case in a process of its own and return its result; never raises for the
+    case's own failures."""
+    res = _new_result(case, cfg)
+    t0 = time.monotonic()
+    p = _prepare(case, cfg, res)
+    if p is not None:
+        try:
+            _run_single(p, cfg)
+        finally:
+            p.golden.close()
+    res.seconds = time.monotonic() - t0
+    return _waive(res, cfg)
+
+
+def _run_batch(prepared: list[_Prepared], cfg: RunConfig) -> tuple[list[CaseResult], list[Case]]:
+    """Run the prepared cases of one op, backend and device in one ``--batch`` process.
+
+    Returns the results judged from the batch, and the cases that must run again in a
+    process of their own: every case after the one where the batch crashed, hung or
+    stopped (and, when the process died after its last result line, all of them); every
+    case when a sanitizer reported errors (so each report is attributed to its golden).
+    """
+    first = prepared[0]
+    cmd = [*_sanitizer_prefix(first.case, cfg), str(first.binary), "--batch"]
+    for p in prepared:
+        cmd += ["--input", str(p.case.golden), "--output", str(p.out_path)]
+    cmd += _backend_args(first.case, cfg)
+    judged: dict[int, CaseResult] = {}
+    expected_rc = [0]
+    prog = first.binary.name
+
+    def on_line(line: str) -> None:
+        m = _BATCH_LINE.fullmatch(line)
+        if m is None:
+            return
+        k, rc, secs, msg = int(m[1]), int(m[2]), float(m[3]), m[4]
+        if k >= len(prepared) or k in judged:
+            return
+        p = prepared[k]
+        t = time.monotonic()
+        p.res.command = _single_command(p, cfg)
+        p.res.process = "batch"
+        p.res.stderr = f"{prog}: {msg}" if msg else ""
+        _conclude(p, cfg, rc, p.res.stderr or "(no message)")
+        p.res.seconds = secs + (time.monotonic() - t)
+        judged[k] = p.res
+        if rc != 0 and expected_rc[0] == 0:
+            expected_rc[0] = rc
+
+    try:
+        run = _stream_binary(cmd, cfg.timeout, on_line)
+    except OSError:
+        return [], [p.case for p in prepared]
+    complete = len(judged) == len(prepared)
+    rerun_all = (
+        (run.returncode == SANITIZER_EXIT and bool(_sanitizer_prefix(first.case, cfg)))
+        or (complete and run.returncode != expected_rc[0])  # died after its last golden, or a foreign exit
+    )
+    if rerun_all:
+        return [], [p.case for p in prepared]
+    # A batch runs its goldens in order: those after the first without a line ran only
+    # partly or not at all (crash, hang, a CUDA failure that stopped the batch).
+    cut = next((k for k in range(len(prepared)) if k not in judged), len(prepared))
+    return [r for k, r in judged.items() if k < cut], [p.case for p in prepared[cut:]]
+
+
+def _run_unit(cases: list[Case], cfg: RunConfig, emit: Callable[[CaseResult], None],
+              again: Callable[[Case], None]) -> None:
+    """Run the cases of one op, backend and device: those that can run in one batch
+    process, each result handed to ``emit``; cases to run alone go to ``again``."""
+    prepared: list[_Prepared] = []
+    try:
+        for case in cases:
+            res = _new_result(case, cfg)
+            p = _prepare(case, cfg, res)
+            if p is None:
+                res.seconds = 0.0
+                emit(_waive(res, cfg))
+            else:
+                prepared.append(p)
+        if len(prepared) == 1:
+            again(prepared[0].case)
+            return
+        if not prepared:
+            return
+        done, alone = _run_batch(prepared, cfg)
+        for r in done:
+            emit(_waive(r, cfg))
+        for c in alone:
+            again(c)
+    finally:
+        for p in prepared:
+            p.golden.close()
+
+
+def visible_devices() -> tuple[int, ...]:
+    """The CUDA device indices a binary can open here: as many as CUDA_VISIBLE_DEVICES
+    lists when it is set, else as many as ``nvidia-smi -L`` lists; (0,) when neither tells
+    (then the cuda cases say NOT_SUPPORTED themselves)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = len([x for x in visible.split(",") if x.strip()])
+        return tuple(range(n)) or (0,)
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return (0,)
+    n = sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU ")) if out.returncode == 0 else 0
+    return tuple(range(n)) or (0,)
+
+
+def parse_devices(spec: str) -> tuple[int, ...]:
+    """``--device``: "N", a comma-separated list "0,1" or "all" (:func:`visible_devices`).
+
+    Raises:
+        UsageError: not a list of distinct integers >= 0 nor "all".
+    """
+    if spec.strip() == "all":
+        return visible_devices()
+    try:
+        devices = tuple(int(x) for x in spec.split(","))
+    except ValueError as exc:
+        raise UsageError(f"--device {spec!r}: expected N, a list such as 0,1, or all") from exc
+    if any(d < 0 for d in devices) or len(set(devices)) != len(devices):
+        raise UsageError(f"--device {spec!r}: device indices must be distinct integers >= 0")
+    return devices
 
 
 def plan(goldens: list[tuple[str, str, Path]], backends: Iterable[str]) -> list[Case]:
@@ -514,23 +804,86 @@ def shard(cases: list[Case], spec: str | None) -> list[Case]:
     return [c for c in cases if order[(c.op, c.config, c.golden)] % n == i - 1]
 
 
+def plan_units(cases: list[Case], cfg: RunConfig) -> list[list[Case]]:
+    """Group ``cases`` into the units run_all starts: with ``cfg.batch`` one unit per op,
+    backend and device (the cuda cases of an op dealt out over ``cfg.device_list()``),
+    else one unit per case. Every cuda case comes out with its ``device`` set."""
+    devices = cfg.device_list()
+    units: dict[tuple[str, str, int | None], list[Case]] = {}
+    n_cuda = 0
+    for i, c in enumerate(cases):
+        device = None
+        if c.backend == "cuda":
+            device = c.device if c.device is not None else devices[n_cuda % len(devices)]
+            n_cuda += 1
+            c = replace(c, device=device)
+        key = (c.op, c.backend, device) if cfg.batch else (str(i), c.backend, device)
+        units.setdefault(key, []).append(c)
+    return list(units.values())
+
+
 def run_all(
     cases: list[Case], cfg: RunConfig, jobs: int, on_done: Callable[[CaseResult], None] | None = None
 ) -> list[CaseResult]:
-    """Run cases on ``jobs`` threads (each waits on a subprocess); results in case order."""
+    """Run ``cases`` and return their results in case order.
+
+    With ``cfg.batch`` (the default) each op, backend and device runs as one binary process
+    over all its goldens (:func:`plan_units`); a case whose batch crashed, hung or drew a
+    sanitizer report runs again in a process of its own, which is what its result says.
+    At most ``jobs`` processes run at once; ``on_done`` is called in this thread as each
+    result arrives.
+    """
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     _STOPPING.clear()
     results: dict[Case, CaseResult] = {}
+    arrived: queue.Queue[CaseResult] = queue.Queue()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+
+    def harness_error(c: Case, exc: BaseException) -> CaseResult:
+        return CaseResult(c, Status.ERROR, f"harness error: {type(exc).__name__}: {exc}",
+                          rerun=rerun_line(c, cfg), device=_device_of(c, cfg))
+
+    def alone(c: Case) -> None:
+        try:
+            r = run_case(c, cfg)
+        except Exception as exc:  # a harness bug must not stop the run
+            r = harness_error(c, exc)
+        arrived.put(r)
+
+    def unit(cs: list[Case]) -> None:
+        handled: set[Case] = set()
+
+        def emit(r: CaseResult) -> None:
+            handled.add(r.case)
+            arrived.put(r)
+
+        def again(c: Case) -> None:
+            handled.add(c)
+            pool.submit(alone, c)
+
+        try:
+            _run_unit(cs, cfg, emit, again)
+            lost: Exception | None = RuntimeError("the batch left this case without a result")
+        except Exception as exc:  # a harness bug must not stop the run
+            lost = exc
+        for c in cs:  # every case gets a result, or the run would wait for it forever
+            if c not in handled:
+                arrived.put(harness_error(c, lost))
+
     try:
-        futures = {pool.submit(run_case, c, cfg): c for c in cases}
-        for fut in as_completed(futures):
-            c = futures[fut]
+        for cs in plan_units(cases, cfg):
+            if len(cs) > 1:
+                pool.submit(unit, cs)
+            else:
+                pool.submit(alone, cs[0])
+        while len(results) < len(cases):
             try:
-                r = fut.result()
-            except Exception as exc:  # a harness bug must not stop the run
-                r = CaseResult(c, Status.ERROR, f"harness error: {type(exc).__name__}: {exc}", rerun=rerun_line(c, cfg))
-            results[c] = r
+                r = arrived.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if r.case in results:
+                continue
+            results[r.case] = r
             if on_done:
                 on_done(r)
     except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued cases, kill the running binaries

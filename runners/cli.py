@@ -105,11 +105,18 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--tier", type=click.Choice(["committed", "all"]), default="committed", show_default=True,
               help="'all' adds the second-tier goldens, generated on demand into golden/.cache.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, callback=_timeout, help="Seconds per case.")
-@click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
+@click.option("--device", "device_spec", default="0", show_default=True, metavar="N|N,M,...|all",
+              help="CUDA device(s): the cuda cases are spread over them, one process per op and device.")
+@click.option("--batch/--no-batch", default=True, show_default=True,
+              help="One binary process per op, backend and device for all its goldens; --no-batch starts "
+                   "one process per golden.")
+@click.option("--sanitizer", type=click.Choice(runner.SANITIZERS),
+              help="Run every cuda case under compute-sanitizer with this tool; its errors make the case a CRASH.")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir, bin_dir, report_dir) -> None:
+def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, golden_dir, bin_dir,
+        report_dir) -> None:
     """Run every golden on every backend, diff, and write the reports."""
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
@@ -119,12 +126,17 @@ def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir
     rerun_args: list[str] = []
     for opt, value, default in (("--golden-dir", golden_dir, None), ("--bin-dir", bin_dir, None),
                                 ("--report-dir", report_dir, None), ("--timeout", timeout, 60.0),
-                                ("--device", device, 0), ("--tier", tier, "committed")):
+                                ("--sanitizer", sanitizer, None), ("--tier", tier, "committed")):
         if value is not None and value != default:
             rerun_args += [opt, str(Path(value).resolve()) if opt.endswith("-dir") else f"{value:g}" if
                            isinstance(value, float) else str(value)]
     lock = runner.ReportDirLock(rdir)
     try:
+        devices = runner.parse_devices(device_spec)
+        if sanitizer and "cuda" not in backends:
+            raise runner.UsageError("--sanitizer wraps the cuda cases: add --backend cuda")
+        if sanitizer and not shutil.which("compute-sanitizer"):
+            raise runner.UsageError("--sanitizer: compute-sanitizer not found on PATH (it comes with the CUDA toolkit)")
         for b in required:
             if b not in backends:
                 raise runner.UsageError(f"--require-backend {b}: not among the chosen backends ({', '.join(backends)})")
@@ -140,7 +152,10 @@ def run(only, backends, required, jobs, shard, tier, timeout, device, golden_dir
             bin_dir=_root_path(bin_dir, root / "build" / "bin"),
             out_dir=rdir / "obtained",
             timeout=timeout,
-            device=device,
+            device=devices[0],
+            devices=devices,
+            batch=batch,
+            sanitizer=sanitizer or "",
             known_failures=runner.load_known_failures(gdir),
             golden_problems=problems,
             rerun_args=rerun_args,

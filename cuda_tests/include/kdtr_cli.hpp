@@ -2,6 +2,11 @@
 // build/bin/kdtr_<op> test binaries.  The protocol is docs/binaries.md:
 //
 //   kdtr_<op> --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
+//   kdtr_<op> --batch --input G1 --output O1 [--input G2 --output O2 ...] [options]
+//
+// Batch mode runs the goldens one after another in one process (the CUDA context is
+// created once) and prints, after each, one result line on stdout (kBatchTag, below);
+// docs/binaries.md, "Batch mode".
 //
 //   exit 0  success                      exit 2  usage or input error
 //   exit 1  runtime failure (CUDA, ...)  exit 3  backend not supported here
@@ -82,25 +87,34 @@ struct Args {
   int device = 0;              // --device N (>= 0; CUDA only)
   int repeat = 0;              // --repeat N (>= 1 when given; 0 = no timing)
   std::map<std::string, std::string> extra;  // values of the op-specific options
+  bool batch = false;          // --batch: run every (input, output) pair of `items`
+  std::vector<std::pair<std::string, std::string>> items;  // batch mode: the pairs, in order
 
   bool cuda() const { return backend == "cuda"; }
 
   static std::string usage(const std::string& prog, const std::vector<std::string>& extra_options = {}) {
-    std::string u = "usage: " + prog + " --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]";
+    std::string u = "usage: " + prog + " [--batch] --input GOLDEN --output OUT [--input GOLDEN --output OUT ...]"
+                    " [--backend cpu|cuda] [--device N] [--repeat N]";
     for (const std::string& o : extra_options) u += " [--" + o + " VALUE]";
     return u;
   }
 
   // Parse argv.  Bad arguments -> die(EXIT_USAGE).  "--help"/"-h" prints usage to stdout
   // and exits 0.  `extra_options` names additional value options (without "--") that
-  // an op accepts; their values land in `extra`.
+  // an op accepts; their values land in `extra`.  With --batch, --input and --output may
+  // repeat: the k-th --input pairs with the k-th --output (`items`); `input`/`output`
+  // hold the first pair.  Every output must differ from every input and from each other.
   static Args parse(int argc, char** argv, const std::string& prog,
                     const std::vector<std::string>& extra_options = {}) {
     Args a;
     a.prog = prog;
     const std::set<std::string> extras(extra_options.begin(), extra_options.end());
     std::set<std::string> seen;
+    std::vector<std::string> inputs, outputs;
     auto bad = [&](const std::string& why) { die(EXIT_USAGE, why + "; " + usage(prog, extra_options)); };
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--batch") a.batch = true;
+    }
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
       if (arg == "--help" || arg == "-h") {
@@ -108,6 +122,7 @@ struct Args {
         std::fflush(stdout);
         std::exit(EXIT_OK);
       }
+      if (arg == "--batch") continue;
       if (arg.rfind("--", 0) != 0) bad("unexpected argument '" + arg + "'");
       std::string name = arg.substr(2), value;
       const size_t eq = name.find('=');
@@ -121,19 +136,35 @@ struct Args {
         if (i + 1 >= argc) bad("option --" + name + " needs a value");
         value = argv[++i];
       }
-      if (seen.count(name)) bad("option --" + name + " given twice");
+      const bool repeatable = a.batch && (name == "input" || name == "output");
+      if (seen.count(name) && !repeatable)
+        bad("option --" + name + " given twice" + (name == "input" || name == "output" ? " (several goldens need --batch)" : ""));
       seen.insert(name);
-      if (name == "input") a.input = value;
-      else if (name == "output") a.output = value;
+      if (name == "input") inputs.push_back(value);
+      else if (name == "output") outputs.push_back(value);
       else if (name == "backend") a.backend = value;
       else if (name == "device") a.device = parse_int(value, "--device", 0, prog, extra_options);
       else if (name == "repeat") a.repeat = parse_int(value, "--repeat", 1, prog, extra_options);
       else if (extras.count(name)) a.extra[name] = value;
       else bad("unknown option --" + name);
     }
-    if (a.input.empty()) bad("--input is required");
-    if (a.output.empty()) bad("--output is required");
-    if (a.output == a.input) bad("--output must differ from --input (the golden would be overwritten)");
+    if (inputs.empty()) bad("--input is required");
+    if (outputs.empty()) bad("--output is required");
+    if (inputs.size() != outputs.size())
+      bad("--batch needs one --output per --input (" + std::to_string(inputs.size()) + " --input, " +
+          std::to_string(outputs.size()) + " --output)");
+    const std::set<std::string> input_set(inputs.begin(), inputs.end());
+    std::set<std::string> output_set;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (inputs[k].empty()) bad("--input needs a non-empty path");
+      if (outputs[k].empty()) bad("--output needs a non-empty path");
+      if (input_set.count(outputs[k]))
+        bad("--output must differ from --input (the golden would be overwritten): '" + outputs[k] + "'");
+      if (!output_set.insert(outputs[k]).second) bad("--output '" + outputs[k] + "' given for two goldens");
+      a.items.emplace_back(inputs[k], outputs[k]);
+    }
+    a.input = inputs.front();
+    a.output = outputs.front();
     if (a.backend != "cpu" && a.backend != "cuda") bad("--backend must be cpu or cuda, not '" + a.backend + "'");
     return a;
   }
@@ -159,32 +190,77 @@ inline std::string one_line(const std::string& s) { return escape_control(s); }
 // EXIT_USAGE as "<ErrorCodeName>: <what()>"; std::bad_alloc and any other exception ->
 // EXIT_RUNTIME.  Each prints exactly one line "<prog>: <message>" on stderr.  Returns
 // the exit code for main to return.
+//
+// With --batch, `body` runs once per (input, output) pair, each under the same protocol,
+// and after each one result line goes to stdout (flushed at once):
+//
+//   @kdtr-batch i=<k> rc=<exit code> s=<seconds> msg=<the error line's message, or empty>
+//
+// k counts from 0 in command-line order; a failing golden also prints its usual line on
+// stderr, and the batch goes on with the next one -- except after exit 1 on the cuda
+// backend, where a CUDA error may have left the context unusable: the batch stops there
+// (the goldens after it get no line; the runner reruns them one process each).  The
+// process exits with the code of the first failing golden, 0 when all succeeded.
+constexpr const char* kBatchTag = "@kdtr-batch";
+
 template <class Body>
 int run_main(int argc, char** argv, const std::string& prog, Body&& body,
              const std::vector<std::string>& extra_options = {}) {
+  std::string message;
   auto report = [&](int code, const std::string& msg) {
     std::fflush(stdout);
-    const std::string line = prog + ": " + one_line(msg) + "\n";
+    message = one_line(msg);
+    const std::string line = prog + ": " + message + "\n";
     std::fwrite(line.data(), 1, line.size(), stderr);
     std::fflush(stderr);
     return code;
   };
-  try {
-    const Args args = Args::parse(argc, argv, prog, extra_options);
-    const int rc = body(args);
+  // One run of `body` under the error protocol: its exit code; `message` holds the error.
+  auto guarded = [&](auto&& step) -> int {
+    message.clear();
+    try {
+      const int rc = step();
+      std::fflush(stdout);
+      return rc;
+    } catch (const Failure& f) {
+      return report(f.code(), f.what());
+    } catch (const kdtr::Error& e) {
+      return report(EXIT_USAGE, std::string(e.code_name()) + ": " + e.what());
+    } catch (const std::bad_alloc&) {
+      return report(EXIT_RUNTIME, "out of host memory");
+    } catch (const std::exception& e) {
+      return report(EXIT_RUNTIME, std::string("internal error: ") + e.what());
+    } catch (...) {
+      return report(EXIT_RUNTIME, "internal error: unknown exception");
+    }
+  };
+  Args args;
+  const int parsed = guarded([&] {
+    args = Args::parse(argc, argv, prog, extra_options);
+    return EXIT_OK;
+  });
+  if (parsed != EXIT_OK) return parsed;
+  if (!args.batch) return guarded([&] { return body(static_cast<const Args&>(args)); });
+  int first_failure = EXIT_OK;
+  for (size_t k = 0; k < args.items.size(); ++k) {
+    Args one = args;
+    one.input = args.items[k].first;
+    one.output = args.items[k].second;
+    one.items.clear();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rc = guarded([&] { return body(static_cast<const Args&>(one)); });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s i=%zu rc=%d s=%.6f msg=%s\n", kBatchTag, k, rc, s, message.c_str());
     std::fflush(stdout);
-    return rc;
-  } catch (const Failure& f) {
-    return report(f.code(), f.what());
-  } catch (const kdtr::Error& e) {
-    return report(EXIT_USAGE, std::string(e.code_name()) + ": " + e.what());
-  } catch (const std::bad_alloc&) {
-    return report(EXIT_RUNTIME, "out of host memory");
-  } catch (const std::exception& e) {
-    return report(EXIT_RUNTIME, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return report(EXIT_RUNTIME, "internal error: unknown exception");
+    if (rc != EXIT_OK && first_failure == EXIT_OK) first_failure = rc;
+    if (rc == EXIT_RUNTIME && args.cuda() && k + 1 < args.items.size()) {
+      report(EXIT_RUNTIME, "batch stopped after golden " + std::to_string(k) + " (" + one.input +
+                               "): a CUDA runtime failure may leave the context unusable; " +
+                               std::to_string(args.items.size() - k - 1) + " golden(s) not run");
+      break;
+    }
   }
+  return first_failure;
 }
 
 // ---------------------------------------------------------------------------------------
