@@ -36,18 +36,24 @@ fi
 san_log="$OUT/sanitizer-$(echo ${SANITIZER_TOOLS:-all} | tr ' ' '-').log"
 : > "$san_log"
 fails=0
+# One batched `kdtr run --sanitizer` per tool (docs/harness.md): one process per op, and
+# every golden of a batch on which the sanitizer reports an error runs again alone, so each
+# report is attributed to its golden (a CRASH naming the sanitizer's first error line).
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
-  for golden in $(for op in $OPS; do ls golden/$op/*.kdtr; done); do
-    op=$(basename "$(dirname "$golden")")
-    bin=build/bin/kdtr_$op
-    [ -x "$bin" ] || continue
-    extra=""
-    [ "$tool" = memcheck ] && extra="--leak-check full"
-    line=$(compute-sanitizer --tool "$tool" $extra --error-exitcode 99 "$bin" --input "$golden" \
-             --output /tmp/san.kdtr --backend cuda 2>&1 | tail -1)
-    rc=${PIPESTATUS[0]}
-    echo "$tool $op/$(basename "$golden" .kdtr) rc=$rc :: $line" | tee -a "$san_log"
-    [ "$rc" = 0 ] || fails=$((fails + 1))
-  done
+  start=$(date +%s.%N)
+  python3 -m runners.cli run -j 8 --timeout 600 --backend cuda --require-backend cuda --sanitizer "$tool" \
+    --report-dir "/tmp/san-$tool" $only > "/tmp/san-$tool.log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  python3 - "$tool" "$rc" "$start" "$end" <<'PY' | tee -a "$san_log"
+import json, sys
+tool, rc, start, end = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+cases = json.load(open(f"/tmp/san-{tool}/conformance.json"))["cases"]
+for c in cases:
+    print(f"{tool} {c['id']} {c['status']} ({c['process']}) {c['reason'][:200]}")
+bad = [c for c in cases if c["status"] != "PASS"]
+print(f"{tool}: {len(cases)} cases, {len(bad)} not PASS, exit {rc}, {end - start:.1f} s wall")
+PY
+  [ "$rc" = 0 ] || fails=$((fails + 1))
 done
-echo "sanitizer failures: $fails" | tee -a "$san_log"
+echo "sanitizer sweeps failing: $fails" | tee -a "$san_log"
