@@ -100,7 +100,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="Fail (exit 1) if any case of this backend is NOT_SUPPORTED, e.g. on a GPU runner whose "
                    "driver went missing (repeatable).")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=runner.default_jobs, show_default="cores, max 8",
-              help="Cases run in parallel.")
+              help="Binary processes run at once (a batch of an op's goldens, or one golden).")
 @click.option("--shard", metavar="I/N", help="Run only shard I of N (1-based), dealt out golden by golden.")
 @click.option("--tier", type=click.Choice(["committed", "all"]), default="committed", show_default=True,
               help="'all' adds the second-tier goldens, generated on demand into golden/.cache.")
