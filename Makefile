@@ -5,11 +5,14 @@
 #                       g++ (CPU backend only)
 #   make NO_CUDA=1      force the CPU-only g++ build even where nvcc exists
 #   make clean          remove build/
+#   make deps           (run by `make build`) install ISA-L (libisal-dev) for the CRC-32
+#                       where it is missing and apt-get can: see "CRC-32" below
 #
 # Variables: CUDA_ARCH (default 90; a list such as "90 100" builds for each), NVCC
 # (default nvcc; a name on PATH or a path), NO_CUDA, CXX, CXXFLAGS, NVCCFLAGS, LDFLAGS,
-# BUILD (default build).  Changing any of them (or switching between the CUDA and the
-# CPU-only build) rebuilds everything; editing a header rebuilds what includes it.
+# BUILD (default build), KDTR_CRC (auto or zlib).  Changing any of them (or switching
+# between the CUDA and the CPU-only build, or ISA-L appearing or going) rebuilds
+# everything; editing a header rebuilds what includes it.
 #
 # Adding an op: append its name to OPS and provide cuda_tests/tests/test_<op>.cu (the
 # binary's main: host code only, compiled as C++ in both builds, with -DKDTR_NO_CUDA in
@@ -23,7 +26,7 @@ CUDA_ARCH ?= 90
 NVCC      ?= nvcc
 CXXFLAGS  ?= -O2
 NVCCFLAGS ?= -O2
-LDLIBS    := -lz
+LDLIBS    := -lz -lpthread
 
 BIN := $(BUILD)/bin
 OBJ := $(BUILD)/obj
@@ -38,13 +41,30 @@ else
 VARIANT := cpu
 endif
 
-GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
-KDTR_CXXFLAGS := -std=c++17 $(CXXFLAGS) -Wall -Wextra $(INCLUDES)
-KDTR_NVCCFLAGS := -std=c++17 $(NVCCFLAGS) $(GENCODE) -Xcompiler=-Wall,-Wextra $(INCLUDES)
+# CRC-32 (docs/kdtr-format.md section 3.3): kdtr.hpp computes zlib's CRC-32 with ISA-L's
+# crc32_gzip_refl (same values, several times faster) when a compile-and-link probe finds
+# <isa-l/crc.h> and -lisal, else with zlib's crc32.  KDTR_CRC=zlib forces zlib (and skips
+# the install attempt of `make deps`).
+KDTR_CRC ?= auto
+ifeq ($(strip $(KDTR_CRC)),zlib)
+CRC_IMPL := zlib
+else
+CRC_IMPL := $(shell printf '\043include <isa-l/crc.h>\nint main(void) { return (int)crc32_gzip_refl(0, 0, 0); }\n' | \
+  $(CXX) -x c++ - -o /dev/null $(LDFLAGS) -lisal >/dev/null 2>&1 && echo isal || echo zlib)
+endif
+ifeq ($(CRC_IMPL),isal)
+CRC_FLAGS := -DKDTR_HAVE_ISAL=1
+LDLIBS := -lisal $(LDLIBS)
+endif
 
-# The build configuration, recorded so that a change of variant or flags rebuilds.
+GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+KDTR_CXXFLAGS := -std=c++17 $(CXXFLAGS) -Wall -Wextra $(CRC_FLAGS) $(INCLUDES)
+KDTR_NVCCFLAGS := -std=c++17 $(NVCCFLAGS) $(GENCODE) -Xcompiler=-Wall,-Wextra $(CRC_FLAGS) $(INCLUDES)
+
+# The build configuration, recorded so that a change of variant, flags or CRC-32
+# implementation rebuilds.
 CONFIG_STAMP := $(BUILD)/config.stamp
-CONFIG := $(VARIANT) | $(CXX) $(KDTR_CXXFLAGS) | $(NVCC_PATH) $(KDTR_NVCCFLAGS) | $(LDFLAGS) $(LDLIBS)
+CONFIG := $(VARIANT) | crc32=$(CRC_IMPL) | $(CXX) $(KDTR_CXXFLAGS) | $(NVCC_PATH) $(KDTR_NVCCFLAGS) | $(LDFLAGS) $(LDLIBS)
 ifneq ($(MAKECMDGOALS),clean)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG)' ] || printf '%s\n' '$(CONFIG)' > $(CONFIG_STAMP))
 endif
@@ -52,10 +72,34 @@ endif
 TOOLS := $(BIN)/kdtr_check
 OP_BINS := $(OPS:%=$(BIN)/kdtr_%)
 
-.PHONY: all build clean
+.PHONY: all build binaries deps clean
 all: build
-build: $(TOOLS) $(OP_BINS)
-	@echo "built ($(VARIANT)): $(TOOLS) $(OP_BINS)"
+# deps first, then a fresh make (re-probing for ISA-L) builds the binaries.
+build: deps
+	@$(MAKE) --no-print-directory binaries
+binaries: $(TOOLS) $(OP_BINS)
+	@echo "built ($(VARIANT), CRC-32 by $(CRC_IMPL)): $(TOOLS) $(OP_BINS)"
+
+# ISA-L for the CRC-32, where it is missing: as root with apt-get, install libisal-dev
+# (quietly, each apt-get call bounded by a timeout, `apt-get update` only if the first
+# try fails).  Tried once per build directory (the stamp; `make clean` or removing it
+# tries again); a failure (no network, not root, no apt-get) only means zlib's crc32,
+# said in one line.
+DEPS_STAMP := $(BUILD)/deps.stamp
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	@mkdir -p $(@D)
+	@if [ "$(CRC_IMPL)" != isal ] && [ "$(strip $(KDTR_CRC))" != zlib ]; then \
+	  apt="apt-get -y -qq -o Acquire::Retries=0 -o Acquire::http::Timeout=15 -o Acquire::https::Timeout=15"; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    { timeout 120 $$apt install libisal-dev || { timeout 120 $$apt update && timeout 180 $$apt install libisal-dev; }; } \
+	      >/dev/null 2>&1 || echo "deps: could not install libisal-dev with apt-get: the CRC-32 will be zlib's"; \
+	  else \
+	    echo "deps: ISA-L (libisal-dev) not found and not installable here (needs root and apt-get): the CRC-32 will be zlib's"; \
+	  fi; \
+	fi
+	@touch $@
 
 $(BIN) $(OBJ):
 	@mkdir -p $@
@@ -69,7 +113,7 @@ ifeq ($(VARIANT),cuda)
 # test_<op>.cu is host code (CUDA runtime API calls, no kernels): nvcc hands it to the
 # host compiler as C++ (-x c++), which skips a device pass that would only cost time.
 $(OBJ)/test_%.o: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(OBJ)
-	$(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra $(INCLUDES) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra $(CRC_FLAGS) $(INCLUDES) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
 $(OBJ)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(OBJ)
 	$(NVCC_PATH) $(KDTR_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@

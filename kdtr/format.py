@@ -37,6 +37,7 @@ import io
 import mmap as mmap_module
 import os
 import stat
+import struct
 import tempfile
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -50,17 +51,34 @@ from construct import (
     Construct,
     ConstructError,
     Float64l,
+    GreedyBytes,
     Int8ul,
     Int16ul,
     Int32ul,
     Int64sl,
     Int64ul,
     Struct,
+    Switch,
     this,
 )
 
 from . import errors as E
 from .dtypes import DTYPE_BY_CODE, code_of_dtype
+
+# --- CRC-32 ----------------------------------------------------------------------------
+# One checksum everywhere: zlib's CRC-32 (docs/kdtr-format.md section 3). ISA-L computes
+# the same function several times faster (python-isal's ``isal_zlib.crc32`` is a drop-in
+# for ``zlib.crc32``: same values, same optional start value, any buffer length); zlib is
+# the fallback where isal cannot be imported. Every CRC of this module goes through
+# ``_crc32`` (looked up at call time, so a test can swap it).
+try:
+    from isal.isal_zlib import crc32 as _isal_crc32
+except ImportError:  # pragma: no cover - isal is a declared dependency
+    _isal_crc32 = None
+
+_crc32 = _isal_crc32 if _isal_crc32 is not None else zlib.crc32
+#: "isal" (python-isal's ISA-L CRC-32) or "zlib" (the fallback): which one this process uses.
+CRC32_IMPL = "isal" if _isal_crc32 is not None else "zlib"
 
 MAGIC = b"\x89KDTR\r\n\x1a"
 VERSION_MAJOR = 1
@@ -95,6 +113,51 @@ TensorPlace = Struct("offset" / Int64ul, "nbytes" / Int64ul, "crc32" / Int32ul)
 MetaType = Int8ul
 MetaString = Struct("length" / Int32ul, "raw" / Bytes(this.length))
 HeaderCrc = Int32ul
+
+# The whole header body (bytes [16, 16 + header_len - 4): everything but the preamble and
+# the header CRC) as one declaration. This is the layout of record: the single-pass codecs
+# below (_parse_body_fast, _entry_bytes, _meta_value_bytes) implement exactly it, and
+# tests/test_format_fast.py checks that they agree with it byte for byte.
+TensorEntryLayout = Struct(
+    "name_len" / Int16ul,
+    "name" / Bytes(this.name_len),
+    "dtype" / Int8ul,
+    "ndim" / Int8ul,
+    "shape" / Array(this.ndim, Int64ul),
+    "offset" / Int64ul,
+    "nbytes" / Int64ul,
+    "crc32" / Int32ul,
+)
+MetadataEntryLayout = Struct(
+    "key_len" / Int16ul,
+    "key" / Bytes(this.key_len),
+    "type" / MetaType,
+    "value" / Switch(this.type, {META_INT: Int64sl, META_FLOAT: Float64l, META_STRING: MetaString, META_BOOL: Int8ul}),
+)
+HeaderBodyLayout = Struct(
+    "tensor_count" / Int32ul,
+    "metadata_count" / Int32ul,
+    "tensors" / Array(this.tensor_count, TensorEntryLayout),
+    "metadata" / Array(this.metadata_count, MetadataEntryLayout),
+    "extension" / GreedyBytes,
+)
+
+# --- the same layout as precompiled struct formats (one pass, no per-field calls) -----
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_COUNTS = struct.Struct("<II")
+_KIND = struct.Struct("<BB")
+_I64S = struct.Struct("<q")
+_F64S = struct.Struct("<d")
+# shape[ndim], offset, nbytes, crc32: everything of a tensor entry after its dtype and ndim
+_ENTRY_TAIL = tuple(struct.Struct(f"<{n}QQQI") for n in range(MAX_NDIM + 1))
+# dtype, ndim, shape[ndim]: the writer's part of an entry before its place
+_ENTRY_KIND_SHAPE = tuple(struct.Struct(f"<BB{n}Q") for n in range(MAX_NDIM + 1))
+_PLACE = struct.Struct("<QQI")
+_META_INT_HEAD, _META_FLOAT_HEAD, _META_STRING_HEAD = bytes([META_INT]), bytes([META_FLOAT]), bytes([META_STRING])
+_ITEMSIZE_BY_CODE = {c: d.itemsize for c, d in DTYPE_BY_CODE.items()}
+_NUMPY_BY_CODE = {c: d.numpy for c, d in DTYPE_BY_CODE.items()}
 
 
 @dataclass(frozen=True)
@@ -321,6 +384,151 @@ def _parse_metadata(r: _HeaderReader, i: int, seen: Mapping[str, Any]) -> tuple[
     raise E.BadMetadata(p, where, type_at, f"unknown metadata type {kind}")
 
 
+def _parse_body_checked(
+    p: str, body: bytes, size: int, data_start: int, minor: int
+) -> tuple[list[TensorEntry], dict[str, Any]]:
+    """The header body (bytes [16, 16 + header_len - 4)) read field by field through the
+    construct pieces, every rule checked in file order: the reader of record for errors,
+    which raises the first defect with its field and offset (docs/kdtr-format.md section 3)."""
+    r = _HeaderReader(p, body)
+    counts_at = r.offset
+    counts = r.read(Counts, "tensor_count")
+    if counts.tensor_count > MAX_TENSORS:
+        raise E.TooManyTensors(p, "tensor_count", counts_at, f"{counts.tensor_count} > {MAX_TENSORS}")
+    if counts.metadata_count > MAX_METADATA:
+        raise E.TooManyMetadata(p, "metadata_count", counts_at + 4, f"{counts.metadata_count} > {MAX_METADATA}")
+
+    entries: list[TensorEntry] = []
+    seen: dict[str, int] = {}
+    ranges = _Ranges()
+    for i in range(counts.tensor_count):
+        entries.append(_parse_tensor(r, i, size, data_start, seen, ranges))
+
+    metadata: dict[str, Any] = {}
+    for i in range(counts.metadata_count):
+        key, value = _parse_metadata(r, i, metadata)
+        metadata[key] = value
+
+    if r.remaining() and minor == 0:
+        raise E.ExtensionInV10(
+            p, "extension", r.offset, f"{r.remaining()} bytes between metadata and header CRC in a 1.0 file"
+        )
+    return entries, metadata
+
+
+def _parse_body_fast(
+    body: bytes, size: int, data_start: int, minor: int
+) -> tuple[list[TensorEntry], dict[str, Any]] | None:
+    """The header body in one pass (HeaderBodyLayout through precompiled struct formats:
+    one unpack for everything of a tensor entry after its name), checking every rule of
+    docs/kdtr-format.md section 3 that the header alone decides.
+
+    Returns the same (entries, metadata) as :func:`_parse_body_checked` for a header that
+    breaks no rule, and None for any other: it never raises a format error itself, the
+    caller then runs :func:`_parse_body_checked`, which names the first defect in file
+    order. (tests/test_format_fast.py checks that the two agree.)"""
+    n = len(body)
+    if n < _COUNTS.size:
+        return None
+    tensor_count, metadata_count = _COUNTS.unpack_from(body, 0)
+    if tensor_count > MAX_TENSORS or metadata_count > MAX_METADATA:
+        return None
+    pos = _COUNTS.size
+    itemsizes = _ITEMSIZE_BY_CODE
+    tails = _ENTRY_TAIL
+    entries: list[TensorEntry] = []
+    names: set[str] = set()
+    spans: list[tuple[int, int]] = []
+    for _ in range(tensor_count):
+        entry_at = pos
+        if pos + 2 > n:
+            return None
+        (name_len,) = _U16.unpack_from(body, pos)
+        name_end = pos + 2 + name_len
+        if not 1 <= name_len <= MAX_NAME_LEN or name_end + 2 > n:
+            return None
+        try:
+            name = body[pos + 2 : name_end].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        code, ndim = _KIND.unpack_from(body, name_end)
+        itemsize = itemsizes.get(code)
+        if name in names or itemsize is None or ndim > MAX_NDIM:
+            return None
+        tail = tails[ndim]
+        pos = name_end + 2 + tail.size
+        if pos > n:
+            return None
+        *shape, offset, nbytes, crc = tail.unpack_from(body, name_end + 2)
+        count = 1
+        for d in shape:
+            if d:
+                count *= d
+        if count * itemsize > _I64_MAX:  # the size rule (itemsize >= 1 covers count itself)
+            return None
+        if nbytes != (0 if 0 in shape else count * itemsize):
+            return None
+        if offset % ALIGNMENT or offset < data_start or offset + nbytes > size:
+            return None
+        if nbytes:
+            spans.append((offset, offset + nbytes))
+        names.add(name)
+        entries.append(
+            TensorEntry(name, code, tuple(shape), offset, nbytes, crc, PREAMBLE_LEN + entry_at, PREAMBLE_LEN + pos - 4)
+        )
+    spans.sort()
+    for k in range(1, len(spans)):
+        if spans[k][0] < spans[k - 1][1]:  # sorted by start: an overlap shows between neighbours
+            return None
+
+    metadata: dict[str, Any] = {}
+    for _ in range(metadata_count):
+        if pos + 2 > n:
+            return None
+        (key_len,) = _U16.unpack_from(body, pos)
+        key_end = pos + 2 + key_len
+        if not 1 <= key_len <= MAX_NAME_LEN or key_end + 1 > n:
+            return None
+        try:
+            key = body[pos + 2 : key_end].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if key in metadata:
+            return None
+        kind = body[key_end]
+        pos = key_end + 1
+        value: Any
+        if kind == META_INT or kind == META_FLOAT:
+            if pos + 8 > n:
+                return None
+            (value,) = (_I64S if kind == META_INT else _F64S).unpack_from(body, pos)
+            pos += 8
+        elif kind == META_BOOL:
+            if pos + 1 > n or body[pos] > 1:
+                return None
+            value = body[pos] == 1
+            pos += 1
+        elif kind == META_STRING:
+            if pos + 4 > n:
+                return None
+            (length,) = _U32.unpack_from(body, pos)
+            pos += 4
+            if length > MAX_STRING_LEN or pos + length > n:
+                return None
+            try:
+                value = body[pos : pos + length].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            pos += length
+        else:
+            return None
+        metadata[key] = value
+
+    if pos != n and minor == 0:
+        return None
+    return entries, metadata
+
+
 def _check_data_region(path: str, buf: memoryview, entries: list[TensorEntry], data_start: int) -> None:
     """Zero padding and trailing bytes (docs/kdtr-format.md section 1.5); the header parse
     has already rejected overlapping ranges."""
@@ -346,7 +554,7 @@ def _verify_tensor(path: str, buf: memoryview, e: TensorEntry) -> None:
     # No view of the mapping may outlive this function when it raises: a view kept alive
     # by the traceback would make load()'s mm.close() fail with BufferError.
     with buf[e.offset : e.offset + e.nbytes] as data:
-        crc = zlib.crc32(data)
+        crc = _crc32(data)
     if crc != e.crc32:
         raise E.TensorChecksumMismatch(
             path, f"tensor {e.name!r} crc32", e.crc_offset,
@@ -521,35 +729,17 @@ def _load_mapped(p: str, src: Any, size: int, verify: bool, mm: mmap_module.mmap
             raise E.HeaderPastEnd(p, "header_len", 12, f"header ends at {data_start}, file has {size} bytes")
         crc_at = data_start - 4
         stored = HeaderCrc.parse(bytes(buf[crc_at:data_start]))
-        actual = zlib.crc32(buf[:crc_at])
+        actual = _crc32(buf[:crc_at])
         if stored != actual:
             raise E.HeaderChecksumMismatch(
                 p, "header_crc32", crc_at, f"CRC-32 {actual:#010x} != stored {stored:#010x}"
             )
 
-        r = _HeaderReader(p, bytes(buf[PREAMBLE_LEN:crc_at]))
-        counts_at = r.offset
-        counts = r.read(Counts, "tensor_count")
-        if counts.tensor_count > MAX_TENSORS:
-            raise E.TooManyTensors(p, "tensor_count", counts_at, f"{counts.tensor_count} > {MAX_TENSORS}")
-        if counts.metadata_count > MAX_METADATA:
-            raise E.TooManyMetadata(p, "metadata_count", counts_at + 4, f"{counts.metadata_count} > {MAX_METADATA}")
-
-        entries: list[TensorEntry] = []
-        seen: dict[str, int] = {}
-        ranges = _Ranges()
-        for i in range(counts.tensor_count):
-            entries.append(_parse_tensor(r, i, size, data_start, seen, ranges))
-
-        metadata: dict[str, Any] = {}
-        for i in range(counts.metadata_count):
-            key, value = _parse_metadata(r, i, metadata)
-            metadata[key] = value
-
-        if r.remaining() and pre.version_minor == 0:
-            raise E.ExtensionInV10(
-                p, "extension", r.offset, f"{r.remaining()} bytes between metadata and header CRC in a 1.0 file"
-            )
+        body = bytes(buf[PREAMBLE_LEN:crc_at])
+        parsed = _parse_body_fast(body, size, data_start, pre.version_minor)
+        if parsed is None:  # something is wrong (or unusual): the field-by-field reader names it
+            parsed = _parse_body_checked(p, body, size, data_start, pre.version_minor)
+        entries, metadata = parsed
 
         _check_data_region(p, buf, entries, data_start)
         if verify:
@@ -558,7 +748,7 @@ def _load_mapped(p: str, src: Any, size: int, verify: bool, mm: mmap_module.mmap
 
         tensors: dict[str, np.ndarray] = {}
         for e in entries:
-            dt = DTYPE_BY_CODE[e.dtype_code].numpy
+            dt = _NUMPY_BY_CODE[e.dtype_code]
             if e.nbytes == 0:
                 arr = np.empty(e.shape, dtype=dt)
                 arr.flags.writeable = False
@@ -611,7 +801,7 @@ def _encode_name(path: str, field_name: str, kind: str, name: Any) -> tuple[str,
         raise _werr(path, field_name, f"{kind} {name!r} cannot be encoded as UTF-8 ({exc.reason})") from None
     if not 1 <= len(raw) <= MAX_NAME_LEN:
         raise _werr(path, field_name, f"{kind} {name!r} is {len(raw)} bytes of UTF-8, not in [1, {MAX_NAME_LEN}]")
-    return str(name), Name.build({"length": len(raw), "raw": raw})
+    return str(name), _U16.pack(len(raw)) + raw
 
 
 def _unique_name(path: str, section: str, what: str, i: int, name: Any, seen: dict[str, int]) -> tuple[str, bytes]:
@@ -650,13 +840,32 @@ def _as_array(path: str, where: str, value: Any) -> np.ndarray:
     )
 
 
+_CODE_CACHE: dict[np.dtype, int] = {}
+
+
+def _code_of(dt: np.dtype) -> int | None:
+    """code_of_dtype of ``dt`` in either byte order, remembered per dtype (a handful of
+    distinct dtypes reach the writer; the linear search is the slow part of a small tensor)."""
+    try:
+        return _CODE_CACHE[dt]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype (none known)
+        pass
+    code = code_of_dtype(dt.newbyteorder("<"))
+    if code is not None and len(_CODE_CACHE) < 256:  # only KDTR dtypes: the cache stays small
+        try:
+            _CODE_CACHE[dt] = code
+        except TypeError:
+            pass
+    return code
+
+
 def _prepare_tensor(path: str, where: str, value: Any) -> tuple[int, np.ndarray]:
     """(dtype code, C-contiguous little-endian array) of one tensor value, or WriteError
     for anything a KDTR reader would reject."""
     arr = _as_array(path, where, value)
     if arr.ndim > MAX_NDIM:
         raise _werr(path, where, f"ndim {arr.ndim} > {MAX_NDIM} (readers reject it: TooManyDims)")
-    code = code_of_dtype(arr.dtype.newbyteorder("<"))
+    code = _code_of(arr.dtype)
     if code is None:
         raise _werr(path, where, f"dtype {arr.dtype} is not a KDTR dtype (docs/kdtr-format.md section 2)")
     target = DTYPE_BY_CODE[code].numpy
@@ -683,17 +892,17 @@ def _prepare_tensor(path: str, where: str, value: Any) -> tuple[int, np.ndarray]
 def _encode_metadata_value(path: str, where: str, value: Any) -> bytes:
     """The type byte and value of one metadata entry (docs/kdtr-format.md section 1.4)."""
     if isinstance(value, (bool, np.bool_)):
-        return MetaType.build(META_BOOL) + Int8ul.build(int(bool(value)))
+        return bytes((META_BOOL, int(bool(value))))
     if isinstance(value, (int, np.integer)):
         v = int(value)
         if not -(1 << 63) <= v < (1 << 63):
             raise _werr(path, where, f"int {v} does not fit in i64")
-        return MetaType.build(META_INT) + Int64sl.build(v)
+        return _META_INT_HEAD + _I64S.pack(v)
     if isinstance(value, (float, np.floating)):
         f = float(value)
         if isinstance(value, np.floating) and value.dtype.itemsize > 8 and not (f == value or np.isnan(value)):
             raise _werr(path, where, f"{value.dtype} {value!r} is not exactly a float64; pass float(value) to round it")
-        return MetaType.build(META_FLOAT) + Float64l.build(f)
+        return _META_FLOAT_HEAD + _F64S.pack(f)
     if isinstance(value, str):
         try:
             raw = value.encode("utf-8")
@@ -701,7 +910,7 @@ def _encode_metadata_value(path: str, where: str, value: Any) -> bytes:
             raise _werr(path, where, f"string {value!r} cannot be encoded as UTF-8 ({exc.reason})") from None
         if len(raw) > MAX_STRING_LEN:
             raise _werr(path, where, f"string of {len(raw)} bytes of UTF-8 > {MAX_STRING_LEN}")
-        return MetaType.build(META_STRING) + MetaString.build({"length": len(raw), "raw": raw})
+        return _META_STRING_HEAD + _U32.pack(len(raw)) + raw
     raise _werr(
         path, where, f"unsupported metadata type {type(value).__name__} (int, float, str, bool or a numpy scalar of one)"
     )
@@ -743,7 +952,7 @@ def encode(
     for i, (name, value) in enumerate(pairs):
         name, name_bytes = _unique_name(path, "tensors", "tensor name", i, name, seen)
         code, arr = _prepare_tensor(path, f"tensor {name!r}", value)
-        head = name_bytes + TensorKind.build({"dtype": code, "ndim": arr.ndim}) + Array(arr.ndim, Int64ul).build(list(arr.shape))
+        head = name_bytes + _ENTRY_KIND_SHAPE[arr.ndim].pack(code, arr.ndim, *arr.shape)
         entry_parts.append((head, arr))
 
     meta_chunks: list[bytes] = []
@@ -753,7 +962,7 @@ def encode(
         meta_chunks.append(key_bytes + _encode_metadata_value(path, f'metadata["{key}"]', value))
     meta_bytes = b"".join(meta_chunks)
 
-    entries_len = sum(len(head) + TensorPlace.sizeof() for head, _ in entry_parts)
+    entries_len = sum(len(head) for head, _ in entry_parts) + _PLACE.size * len(entry_parts)
     header_len = Counts.sizeof() + entries_len + len(meta_bytes) + 4
     if header_len > MAX_HEADER_LEN:
         raise _werr(path, "header", f"header of {header_len} bytes > {MAX_HEADER_LEN} (readers reject it: HeaderTooLarge)")
@@ -761,11 +970,11 @@ def encode(
     cursor = PREAMBLE_LEN + header_len
     data_end = cursor
     placed: list[tuple[int, np.ndarray]] = []
-    body = [Counts.build({"tensor_count": len(entry_parts), "metadata_count": len(meta_pairs)})]
+    body = [_COUNTS.pack(len(entry_parts), len(meta_pairs))]
     for head, arr in entry_parts:
         off = _align(cursor)
         view = _raw(arr) if arr.nbytes else b""
-        body.append(head + TensorPlace.build({"offset": off, "nbytes": arr.nbytes, "crc32": zlib.crc32(view)}))
+        body.append(head + _PLACE.pack(off, arr.nbytes, _crc32(view)))
         placed.append((off, arr))
         cursor = off + arr.nbytes
         data_end = max(data_end, cursor)
@@ -774,7 +983,7 @@ def encode(
         {"magic": MAGIC, "version_major": VERSION_MAJOR, "version_minor": VERSION_MINOR, "header_len": header_len}
     )
     head = pre + b"".join(body)
-    head += HeaderCrc.build(zlib.crc32(head))
+    head += _U32.pack(_crc32(head))
     return head, placed, data_end
 
 

@@ -18,6 +18,11 @@
 //                   value (i64 | f64 | u32 length + UTF-8 bytes | u8 0/1)
 //
 // Use: `#include "kdtr.hpp"` and link with -lz.  Little-endian hosts only.
+// CRC-32: zlib's crc32() by default; with -DKDTR_HAVE_ISAL (set by the Makefile when its
+// probe finds ISA-L, libisal-dev) ISA-L's crc32_gzip_refl computes the same CRC-32
+// several times faster: link with -lisal too.  kdtr::crc32_implementation() names the one
+// compiled in (`kdtr_check --version` prints it).  A CRC over 32 MiB or more runs on up to
+// 4 threads (KDTR_CRC_THREADS=1 keeps one): link with -lpthread where glibc < 2.34.
 //
 //   kdtr::File f = kdtr::File::open("golden/tree_accept/default.kdtr");  // validates all
 //   const int32_t* nc = f.get<int32_t>("input.node_count", {-1});        // dtype + shape
@@ -43,6 +48,12 @@
 #pragma once
 
 #include <zlib.h>
+#if defined(KDTR_HAVE_ISAL) && KDTR_HAVE_ISAL
+#include <isa-l/crc.h>
+#if __has_include(<isa-l.h>)
+#include <isa-l.h>  // ISAL_MAJOR_VERSION ... (older releases lack it)
+#endif
+#endif
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -54,6 +65,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -61,6 +73,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -396,7 +410,7 @@ inline bool valid_utf8(const std::string& s) {
 }
 
 // zlib's CRC-32 over any length (crc32() takes a 32-bit length, so feed 1 GiB chunks).
-inline uint32_t crc32_bytes(const uint8_t* p, uint64_t n) {
+inline uint32_t crc32_zlib(const uint8_t* p, uint64_t n) {
   uLong crc = ::crc32(0L, Z_NULL, 0);
   constexpr uint64_t kChunk = uint64_t{1} << 30;
   while (n > 0) {
@@ -405,6 +419,73 @@ inline uint32_t crc32_bytes(const uint8_t* p, uint64_t n) {
     p += step;
     n -= step;
   }
+  return static_cast<uint32_t>(crc);
+}
+
+#if defined(KDTR_HAVE_ISAL) && KDTR_HAVE_ISAL
+// The same CRC-32 by ISA-L: crc32_gzip_refl is the reflected CRC-32 of gzip and zlib
+// (polynomial 0xEDB88320 reflected, initial and final XOR 0xFFFFFFFF applied inside, a
+// 64-bit length), so crc32_gzip_refl(0, p, n) == crc32(0, p, n) for every input
+// (tests/test_format_fast.py checks it).  Not crc32_ieee: that is the unreflected CRC.
+inline uint32_t crc32_isal(const uint8_t* p, uint64_t n) {
+  return ::crc32_gzip_refl(0, p, n);
+}
+#endif
+
+// One thread's CRC-32: ISA-L's where the build found it, else zlib's.
+inline uint32_t crc32_serial(const uint8_t* p, uint64_t n) {
+#if defined(KDTR_HAVE_ISAL) && KDTR_HAVE_ISAL
+  return crc32_isal(p, n);
+#else
+  return crc32_zlib(p, n);
+#endif
+}
+
+// A CRC of at least this many bytes is split over crc32_threads() threads.
+inline constexpr uint64_t kCrcParallelMin = uint64_t{32} << 20;
+
+// Threads for one large CRC: the environment variable KDTR_CRC_THREADS when it holds an
+// integer in [1, 64] (1: one thread), else the hardware threads, at most 4 (a single
+// core's CRC runs near the memory bandwidth it can draw; a few cores cover the rest).
+inline unsigned crc32_threads() {
+  static const unsigned n = [] {
+    if (const char* e = std::getenv("KDTR_CRC_THREADS")) {
+      char* end = nullptr;
+      const long v = std::strtol(e, &end, 10);
+      if (*e && end && !*end && v >= 1 && v <= 64) return static_cast<unsigned>(v);
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1u : std::min(hw, 4u);
+  }();
+  return n;
+}
+
+// The CRC-32 of every checksum the reader verifies and the writer stores: crc32_serial,
+// or for kCrcParallelMin bytes and more, k equal parts on k threads joined with zlib's
+// crc32_combine (the CRC of a concatenation from the parts' CRCs; exact, any CRC-32 of
+// this polynomial).  Should a thread not start, the main thread computes its part.
+inline uint32_t crc32_bytes(const uint8_t* p, uint64_t n, unsigned threads = 0) {
+  const unsigned k = threads ? threads : crc32_threads();
+  if (k < 2 || n < kCrcParallelMin || sizeof(z_off_t) < 8) return crc32_serial(p, n);
+  const uint64_t step = n / k;
+  auto part_len = [&](unsigned t) { return t + 1 == k ? n - t * step : step; };
+  std::vector<uint32_t> part(k);
+  std::vector<std::thread> pool;
+  pool.reserve(k - 1);
+  unsigned started = 1;
+  try {
+    for (; started < k; ++started) {
+      const unsigned t = started;
+      pool.emplace_back([&part, p, t, step, len = part_len(t)] { part[t] = crc32_serial(p + t * step, len); });
+    }
+  } catch (const std::system_error&) {
+    // no more threads here: the main thread takes the parts not started
+  }
+  part[0] = crc32_serial(p, step);
+  for (unsigned t = started; t < k; ++t) part[t] = crc32_serial(p + t * step, part_len(t));
+  for (std::thread& th : pool) th.join();
+  uLong crc = part[0];
+  for (unsigned t = 1; t < k; ++t) crc = ::crc32_combine(crc, part[t], static_cast<z_off_t>(part_len(t)));
   return static_cast<uint32_t>(crc);
 }
 
@@ -538,6 +619,21 @@ inline std::shared_ptr<Storage> map_file(const std::string& path) {
 }
 
 }  // namespace detail
+
+// Which CRC-32 implementation this build computes checksums with (the values are the
+// same either way): "isa-l <version> crc32_gzip_refl" or "zlib <version> crc32".
+inline std::string crc32_implementation() {
+#if defined(KDTR_HAVE_ISAL) && KDTR_HAVE_ISAL
+#if defined(ISAL_MAJOR_VERSION)
+  return "isa-l " + std::to_string(ISAL_MAJOR_VERSION) + "." + std::to_string(ISAL_MINOR_VERSION) + "." +
+         std::to_string(ISAL_PATCH_VERSION) + " crc32_gzip_refl";
+#else
+  return "isa-l crc32_gzip_refl";
+#endif
+#else
+  return std::string("zlib ") + zlibVersion() + " crc32";
+#endif
+}
 
 // ---------------------------------------------------------------------------------------
 // Reader

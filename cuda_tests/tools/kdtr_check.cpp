@@ -3,6 +3,8 @@
 //   kdtr_check [--no-verify] FILE          validate; list tensors and metadata
 //   kdtr_check [--no-verify] --copy IN OUT rewrite IN with kdtr::Writer (same tensor and
 //                                          metadata order) -- for byte-identity tests
+//   kdtr_check --version                   one line: the format version and the CRC-32
+//                                          implementation compiled in (ISA-L or zlib)
 //
 // On success: exit 0; FILE mode prints one line per tensor and per metadata entry, in
 // file order:
@@ -22,7 +24,8 @@
 
 namespace {
 
-const char* const kUsage = "usage: kdtr_check [--no-verify] FILE | kdtr_check [--no-verify] --copy IN OUT";
+const char* const kUsage =
+    "usage: kdtr_check [--no-verify] FILE | kdtr_check [--no-verify] --copy IN OUT | kdtr_check --version";
 
 std::string escape_name(const std::string& s) { return kdtr::escape_control(s, true); }
 
@@ -118,6 +121,11 @@ int main(int argc, char** argv) {
     if (a == "--no-verify") verify = false;
     else if (a == "--copy") do_copy = true;
     else if (a == "-h" || a == "--help") { std::printf("%s\n", kUsage); return 0; }
+    else if (a == "--version") {
+      std::printf("kdtr_check: KDTR %u.%u reader and writer; CRC-32: %s\n", unsigned{kdtr::VERSION_MAJOR},
+                  unsigned{kdtr::VERSION_MINOR}, kdtr::crc32_implementation().c_str());
+      return 0;
+    }
     else if (a.size() > 1 && a[0] == '-' && a != "--") return usage_error("unknown option " + a);
     else if (a == "--") { for (++i; i < argc; ++i) files.emplace_back(argv[i]); }
     else files.push_back(a);
