@@ -841,6 +841,8 @@ def _as_array(path: str, where: str, value: Any) -> np.ndarray:
 
 
 _CODE_CACHE: dict[np.dtype, int] = {}
+# dtype -> code for the dtypes the writer stores as they are (little-endian), bool left out
+_STORED_CODE: dict[np.dtype, int] = {d.numpy: c for c, d in DTYPE_BY_CODE.items() if c != _BOOL_CODE}
 
 
 def _code_of(dt: np.dtype) -> int | None:
@@ -949,10 +951,26 @@ def encode(
 
     entry_parts: list[tuple[bytes, np.ndarray]] = []
     seen: dict[str, int] = {}
+    kind_shape = _ENTRY_KIND_SHAPE
     for i, (name, value) in enumerate(pairs):
+        # The common case in one step: a new str name and a C-contiguous ndarray whose dtype
+        # is a KDTR dtype as stored (little-endian, not bool: bool bytes need a scan).
+        # Anything else, or anything wrong, takes the checked helpers below, which give the
+        # same bytes for what is valid and the WriteErrors for what is not.
+        if type(name) is str and type(value) is np.ndarray and name not in seen:
+            code = _STORED_CODE.get(value.dtype)
+            if code is not None and value.ndim <= MAX_NDIM and value.flags.c_contiguous:
+                try:
+                    raw = name.encode("utf-8")
+                except UnicodeEncodeError:
+                    raw = b""
+                if 1 <= len(raw) <= MAX_NAME_LEN:
+                    seen[name] = i
+                    entry_parts.append((_U16.pack(len(raw)) + raw + kind_shape[value.ndim].pack(code, value.ndim, *value.shape), value))
+                    continue
         name, name_bytes = _unique_name(path, "tensors", "tensor name", i, name, seen)
         code, arr = _prepare_tensor(path, f"tensor {name!r}", value)
-        head = name_bytes + _ENTRY_KIND_SHAPE[arr.ndim].pack(code, arr.ndim, *arr.shape)
+        head = name_bytes + kind_shape[arr.ndim].pack(code, arr.ndim, *arr.shape)
         entry_parts.append((head, arr))
 
     meta_chunks: list[bytes] = []
@@ -971,13 +989,16 @@ def encode(
     data_end = cursor
     placed: list[tuple[int, np.ndarray]] = []
     body = [_COUNTS.pack(len(entry_parts), len(meta_pairs))]
+    crc32 = _crc32
     for head, arr in entry_parts:
-        off = _align(cursor)
-        view = _raw(arr) if arr.nbytes else b""
-        body.append(head + _PLACE.pack(off, arr.nbytes, _crc32(view)))
+        off = (cursor + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        nbytes = arr.nbytes
+        # A C-contiguous array is its own buffer of its bytes in C order (bf16 and bool too)
+        body.append(head + _PLACE.pack(off, nbytes, crc32(arr) if nbytes else 0))
         placed.append((off, arr))
-        cursor = off + arr.nbytes
-        data_end = max(data_end, cursor)
+        cursor = off + nbytes
+        if cursor > data_end:
+            data_end = cursor
     body.append(meta_bytes)
     pre = Preamble.build(
         {"magic": MAGIC, "version_major": VERSION_MAJOR, "version_minor": VERSION_MINOR, "header_len": header_len}
@@ -1039,7 +1060,7 @@ def _file_chunks(head: bytes, placed: list[tuple[int, np.ndarray]], data_end: in
         if off > pos:
             yield b"\0" * (off - pos)
         if arr.nbytes:
-            yield _raw(arr)
+            yield arr  # C-contiguous: its buffer is its bytes in C order (bf16 and bool too)
         pos = off + arr.nbytes if arr.nbytes else max(pos, off)
     if data_end > pos:
         yield b"\0" * (data_end - pos)

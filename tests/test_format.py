@@ -615,20 +615,21 @@ def test_atomic_write_leaves_nothing_behind(tmp_path, monkeypatch, target, exist
 def test_interrupted_write_leaves_nothing_behind(tmp_path, monkeypatch):
     """A KeyboardInterrupt in the middle of writing tensor data (BaseException, not OSError)."""
     dest = tmp_path / "golden.kdtr"
-    calls = {"n": 0}
-    real_raw = F._raw
+    real_chunks = F._file_chunks
+    written = []
 
-    def raw_then_interrupt(arr):
-        calls["n"] += 1
-        if calls["n"] > len(M.valid_file_contents()[0]) + 2:  # past the CRC pass, mid data
-            raise KeyboardInterrupt
-        return real_raw(arr)
+    def chunks_then_interrupt(*args):
+        for k, chunk in enumerate(real_chunks(*args)):
+            if k == 3:  # the header and two chunks of padding or data are in the file
+                raise KeyboardInterrupt
+            written.append(len(memoryview(chunk).cast("B")))
+            yield chunk
 
-    monkeypatch.setattr(F, "_raw", raw_then_interrupt)
+    monkeypatch.setattr(F, "_file_chunks", chunks_then_interrupt)
     tensors, metadata = M.valid_file_contents()
     with pytest.raises(KeyboardInterrupt):
         kdtr.save(dest, tensors, metadata)
-    assert list(tmp_path.iterdir()) == []
+    assert len(written) == 3 and list(tmp_path.iterdir()) == []
 
 
 def test_saved_file_has_ordinary_permissions(tmp_path):

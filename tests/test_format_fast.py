@@ -244,6 +244,26 @@ def test_writer_header_is_the_construct_layout(seed):
     assert struct.unpack_from("<I", data, data_start - 4)[0] == zlib.crc32(data[: data_start - 4])
 
 
+class _Sub(np.ndarray):
+    """An ndarray subclass: the writer's one-step case skips it, the checked helpers take it."""
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_writer_one_step_case_equals_the_checked_helpers(seed):
+    """encode() writes the same bytes whether a tensor takes its one-step case (str name,
+    C-contiguous ndarray of a stored dtype) or the checked helpers (a subclass, a
+    big-endian or Fortran-order copy of the same values)."""
+    rng = random.Random(3000 + seed)
+    tensors, meta = _random_contents(rng, rng.randint(1, 10), 2)
+    want = F.to_bytes(tensors, meta)
+    for convert in (
+        lambda a: a.view(_Sub),
+        lambda a: a.astype(a.dtype.newbyteorder(">")) if a.dtype.itemsize > 1 and a.dtype != _NP[11] else a.view(_Sub),
+        lambda a: np.asfortranarray(a) if a.ndim > 1 else a.view(_Sub),
+    ):
+        assert F.to_bytes({k: convert(v) for k, v in tensors.items()}, meta) == want
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_fast_parse_reads_what_construct_reads(seed):
     """On valid random headers: the fast parse, the checked reader and construct's own
