@@ -30,7 +30,8 @@ development machine, each measured here beside its peer in the same run:
    512 MiB file and the 4096-tensor file; ``safetensors.numpy.save_file`` beside the
    latter (it does not fsync).
 
-Every figure is the best (and the median) of ``--repeat`` runs (default 7), subject and
+Every figure is the best (and the median) of ``--repeat`` runs (default 7; half as many,
+at least 3, for the 512 MiB saves), subject and
 peer alternating in one loop so that background load hits both alike; files live in a
 temporary directory (``--dir``, default the system's), so the 512 MiB file is read from
 the page cache (it was just written) -- these are CPU figures, not disk figures, except
@@ -301,7 +302,7 @@ def main() -> int:
         target(ratio <= 1.5, f"`kdtr.save` of 512 MiB: {ratio:.2f}x the raw durable write (<= 1.5)")
         for p in (big_path, out_k, out_r):
             p.unlink(missing_ok=True)
-        del big, chunks, placed
+        big = chunks = placed = None  # free the 512 MiB before the next part
 
         # --- 3, 4b: the 4096-tensor file -----------------------------------------------------
         parts = ("attn.q", "attn.k", "attn.v", "mlp.up")
@@ -312,7 +313,6 @@ def main() -> int:
         kdtr.save(many_path, many, meta)
         msize = many_path.stat().st_size
         say(f"### 3. Loading a {MANY}-tensor file ({msize:,} bytes; f32 [16, 16] each, 10 metadata entries)\n")
-        rows = []
         try:
             from safetensors.numpy import load_file, save_file  # noqa: PLC0415
         except ImportError:

@@ -27,6 +27,12 @@ which ``golden/MANIFEST.json`` and the reports are written through too;
 
 Every defect raises a subclass of :class:`kdtr.errors.KdtrError` that names the file, the
 field and its byte offset. Validation never uses ``assert``.
+
+Speed (docs/kdtr-format.md section 3.3): CRC-32s by python-isal (``zlib.crc32`` where it
+cannot be imported; :data:`CRC32_IMPL` says which); the header is read in one pass of
+precompiled struct formats (:func:`_parse_body_fast`), and only a header that breaks a
+rule goes through the field-by-field construct reader (:func:`_parse_body_checked`) that
+names the defect; :data:`HeaderBodyLayout` is the construct declaration both follow.
 """
 
 from __future__ import annotations

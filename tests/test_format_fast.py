@@ -24,7 +24,6 @@ import sys
 import zlib
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
