@@ -81,10 +81,10 @@ binaries: $(TOOLS) $(OP_BINS)
 	@echo "built ($(VARIANT), CRC-32 by $(CRC_IMPL)): $(TOOLS) $(OP_BINS)"
 
 # ISA-L for the CRC-32, where it is missing: as root with apt-get, install libisal-dev
-# (quietly, each apt-get call bounded by a timeout, `apt-get update` only if the first
-# try fails).  Tried once per build directory (the stamp; `make clean` or removing it
-# tries again); a failure (no network, not root, no apt-get) only means zlib's crc32,
-# said in one line.
+# (quietly, each apt-get call bounded by a timeout, `apt-get update` first only when the
+# package lists do not know it).  Tried once per build directory (the stamp; `make clean`
+# or removing it tries again); a failure (no network, not root, no apt-get) only means
+# zlib's crc32, said in one line.
 DEPS_STAMP := $(BUILD)/deps.stamp
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
@@ -93,7 +93,8 @@ $(DEPS_STAMP):
 	  apt="apt-get -y -qq -o Acquire::Retries=0 -o Acquire::http::Timeout=15 -o Acquire::https::Timeout=15"; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    export DEBIAN_FRONTEND=noninteractive; \
-	    { timeout 120 $$apt install libisal-dev || { timeout 120 $$apt update && timeout 180 $$apt install libisal-dev; }; } \
+	    { apt-cache show libisal-dev >/dev/null 2>&1 || timeout 120 $$apt update; \
+	      timeout 180 $$apt install libisal-dev; } \
 	      >/dev/null 2>&1 || echo "deps: could not install libisal-dev with apt-get: the CRC-32 will be zlib's"; \
 	  else \
 	    echo "deps: ISA-L (libisal-dev) not found and not installable here (needs root and apt-get): the CRC-32 will be zlib's"; \
