@@ -23,6 +23,12 @@ the first differing elements with expected and actual values; for tree ops the f
 two index components are the request (batch row) and the slot. The worst errors are
 taken over the mismatching elements (over all elements when none mismatch), a NaN error
 ranking above every number; the ULP maximum covers only pairs of finite values.
+
+Cost: an output whose bytes equal the expected ones is judged at about the cost of a byte
+comparison (plus a NaN scan under ``allclose`` with ``nan=fail``, which identical NaNs still
+fail), with the record the element-wise comparison gives; other outputs compute each
+figure once, and only at the elements that can matter (docs/comparison.md, "Identical
+outputs").
 """
 
 from __future__ import annotations
@@ -152,13 +158,18 @@ def _fmt(arr: np.ndarray, raw: np.ndarray | None, k: int) -> str:
 
 
 def _ordered_bits(a: np.ndarray) -> np.ndarray | None:
-    """Float bits mapped to int64 whose difference is the ULP distance (None if not float)."""
+    """Float bits mapped to signed integers of the same width, in the order of the values
+    (+0.0 and -0.0 both 0), so that their difference is the ULP distance; flat; None if
+    not float. (-(2^(w-1) - 1) .. 2^(w-1) - 1: the width's own integers hold them.)"""
     if not _is_float(a.dtype):
         return None
-    width = a.dtype.itemsize * 8
-    ints = a.view({16: np.int16, 32: np.int32, 64: np.int64}[width]).astype(np.int64)
-    magnitude = ints & np.int64((1 << (width - 1)) - 1)
-    return np.where(ints < 0, -magnitude, magnitude)
+    it = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    ints = a.reshape(-1).view(it)
+    sign = np.right_shift(ints, a.dtype.itemsize * 8 - 1)  # -1 where the sign bit is set, else 0
+    ordered = sign & it(np.iinfo(it).max)
+    ordered ^= ints  # negative: the sign bit and the magnitude's ones' complement, -1 - magnitude
+    ordered -= sign  # -magnitude (no overflow: -1 - magnitude >= -2^(w-1))
+    return ordered
 
 
 def ulp_distance(expected: np.ndarray, actual: np.ndarray) -> np.ndarray | None:
@@ -177,8 +188,15 @@ def ulp_distance(expected: np.ndarray, actual: np.ndarray) -> np.ndarray | None:
     e, a = _ordered_bits(expected), _ordered_bits(actual)
     if e is None or a is None:
         return None
-    eu, au = e.view(np.uint64), a.view(np.uint64)
-    return np.where(a >= e, au - eu, eu - au)
+    shape = np.shape(expected)
+    if e.dtype.itemsize < 8:  # the difference of two 16- or 32-bit values fits int64
+        d = a.astype(np.int64)
+        d -= e
+        np.abs(d, out=d)
+        return d.view(np.uint64).reshape(shape)
+    d = a.view(np.uint64) - e.view(np.uint64)  # modulo 2^64: |a - e| itself, or its negation
+    np.negative(d, out=d, where=a < e)
+    return d.reshape(shape)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
@@ -237,45 +255,78 @@ def _decide_near_bound(e: np.ndarray, a: np.ndarray, c: Contract, idx: np.ndarra
         bad[k] = not _within_exact(float(e[k]), float(a[k]), c.atol, c.rtol)
 
 
-def _exact_bad(exp: np.ndarray, act: np.ndarray) -> np.ndarray:
-    """Flat bool mask: element bytes differ."""
-    n, w = exp.size, exp.dtype.itemsize
-    e, a = exp.reshape(-1), act.reshape(-1)
+def _exact_bad(ef: np.ndarray, af: np.ndarray) -> np.ndarray:
+    """Flat bool mask: element bytes differ (flat arrays of one dtype)."""
+    n, w = ef.size, ef.dtype.itemsize
     if w in _RAW:
-        return e.view(_RAW[w]) != a.view(_RAW[w])
-    return np.any(e.view(np.uint8).reshape(n, w) != a.view(np.uint8).reshape(n, w), axis=1)
+        return ef.view(_RAW[w]) != af.view(_RAW[w])
+    return np.any(ef.view(np.uint8).reshape(n, w) != af.view(np.uint8).reshape(n, w), axis=1)
 
 
-def _allclose_bad(exp: np.ndarray, act: np.ndarray, c: Contract) -> np.ndarray:
-    """Flat bool mask of the elements of two float arrays that break allclose contract ``c``."""
-    with np.errstate(all="ignore"):  # (bf16 NaN casts warn)
-        e = exp.reshape(-1).astype(np.float64)  # exact widening for f16, bf16, f32
-        a = act.reshape(-1).astype(np.float64)
-        e_nan, a_nan = np.isnan(e), np.isnan(a)
-        fin = np.isfinite(e) & np.isfinite(a)
+def _widen(x: np.ndarray) -> np.ndarray:
+    """f16 and bf16 widened to f32 (exact, and numpy's f32 loops are far faster than the
+    16-bit ones); f32 and f64 as they are. NaN, infinity, sign and order are kept, so
+    isnan, isfinite and != give what they give in float64."""
+    return x.astype(np.float32) if x.dtype.itemsize == 2 else x
+
+
+@dataclass
+class _Differing:
+    """What the allclose verdict computed and the statistics reuse: the finite pairs whose
+    values differ (flat indices), their values and difference in float64 and, if computed,
+    their ULP distances."""
+
+    index: np.ndarray
+    e64: np.ndarray
+    a64: np.ndarray
+    absd: np.ndarray  # |a - e| rounded to float64 (inf where it overflows)
+    ulp: np.ndarray | None
+
+
+def _allclose_bad(ef: np.ndarray, af: np.ndarray, c: Contract) -> tuple[np.ndarray, _Differing]:
+    """Flat bool mask of the elements of two flat float arrays that break allclose contract ``c``.
+
+    The value classes (NaN, infinity, equal values) are sorted in the arrays' own width
+    (f16/bf16 widened to f32), which is exact; only the finite pairs that differ are widened
+    to float64 for the tolerance, and only they can break the ULP bound (equal values are
+    0 ULP apart).
+    """
+    with np.errstate(all="ignore"):
+        we, wa = _widen(ef), _widen(af)
+        e_nan, a_nan = np.isnan(we), np.isnan(wa)
+        fin = np.isfinite(we) & np.isfinite(wa)
+        neq = we != wa
         # Non-finite pairs: an infinity matches only the same infinity; NaN by policy.
-        bad = ~fin & (e != a)
+        bad = ~fin & neq
         if c.nan == "equal":
             bad &= ~(e_nan & a_nan)
         else:
             bad |= e_nan | a_nan
         # Finite pairs that differ: the tolerance, decided exactly.
-        ne = fin & (e != a)
-        if ne.any():
-            d = np.abs(a - e)
-            t = c.atol + c.rtol * np.abs(e)
-            hi = t * (1.0 + _REL_MARGIN) + _ABS_MARGIN
-            lo = t * (1.0 - _REL_MARGIN) - _ABS_MARGIN
+        idx = np.flatnonzero(fin & neq)
+        e, a = we[idx].astype(np.float64), wa[idx].astype(np.float64)  # exact widening
+        d = a - e
+        np.abs(d, out=d)
+        ulp = None
+        if idx.size:
+            t = np.abs(e)
+            t *= c.rtol
+            t += c.atol
+            hi = t * (1.0 + _REL_MARGIN)
+            hi += _ABS_MARGIN
+            lo = t * (1.0 - _REL_MARGIN)
+            lo -= _ABS_MARGIN
             sure_fail = (d >= hi) & np.isfinite(d) & np.isfinite(hi)
             sure_pass = (d <= lo) & np.isfinite(lo)  # a rounded-up infinite bound decides nothing
-            bad |= ne & sure_fail
-            unsure = np.flatnonzero(ne & ~sure_fail & ~sure_pass)
+            sub_bad = sure_fail
+            unsure = np.flatnonzero(~sure_fail & ~sure_pass)
             if unsure.size:
-                _decide_near_bound(e, a, c, unsure, bad)
-        if c.max_ulp >= 0:
-            ulp = ulp_distance(exp.reshape(-1), act.reshape(-1))
-            bad |= fin & (ulp > np.uint64(c.max_ulp))
-    return bad
+                _decide_near_bound(e, a, c, unsure, sub_bad)
+            if c.max_ulp >= 0:
+                ulp = ulp_distance(ef[idx], af[idx])
+                sub_bad |= ulp > np.uint64(c.max_ulp)
+            bad[idx[sub_bad]] = True
+    return bad, _Differing(idx, e, a, d, ulp)
 
 
 def _argworst(v: np.ndarray, mask: np.ndarray | None) -> int | None:
@@ -293,64 +344,150 @@ def _argworst(v: np.ndarray, mask: np.ndarray | None) -> int | None:
     return k
 
 
-def _fill_stats(res: TensorResult, exp: np.ndarray, act: np.ndarray, bad: np.ndarray) -> None:
-    """Worst abs / rel / ULP error with index, over the mismatching elements (all if none)."""
-    if exp.size == 0:
+def _nonfinite_bits(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """The magnitude bits of a flat float array and the magnitude bits of inf: a value is
+    NaN when its magnitude is above inf's, finite when below."""
+    raw = _RAW[x.dtype.itemsize]
+    inf_bits = int(np.array(np.inf, x.dtype).view(raw))
+    return x.view(raw) & raw(inf_bits | (inf_bits - 1)), inf_bits  # (inf | mantissa ones = all but the sign)
+
+
+def _first_finite(x: np.ndarray) -> int | None:
+    """Flat index of the first finite element of a flat float array (None if none)."""
+    if x.size == 0:
+        return None
+    mag, inf_bits = _nonfinite_bits(x[:1])
+    if mag[0] < inf_bits:
+        return 0
+    mag, inf_bits = _nonfinite_bits(x)
+    fin = mag < inf_bits
+    return int(np.argmax(fin)) if fin.any() else None
+
+
+def _has_nan(x: np.ndarray) -> bool:
+    """Whether a flat float array holds a NaN (any payload, any sign)."""
+    if x.size == 0:
+        return False
+    if x.dtype.itemsize == 2:  # f16, bf16: from the bits (their isnan loops are slow)
+        mag, inf_bits = _nonfinite_bits(x)
+        return bool(int(mag.max()) > inf_bits)
+    with np.errstate(invalid="ignore"):
+        return bool(np.isnan(np.min(x)))  # min propagates NaN, and allocates no mask
+
+
+def _identical(res: TensorResult, ef: np.ndarray, shape: tuple[int, ...], c: Contract) -> bool:
+    """Fill ``res`` for an output whose bytes equal the expected ones, as the element-wise
+    comparison fills it (errors 0 at the first element, the ULP maximum at the first
+    finite one), and return True; return False, leaving ``res`` alone, when the contract
+    still fails such an output: a NaN under ``allclose`` with ``nan=fail``."""
+    is_float = _is_float(ef.dtype)
+    if is_float and c.kind == "allclose" and c.nan == "fail" and _has_nan(ef):
+        return False
+    res.ok = True
+    if ef.size == 0:
+        return True
+    res.max_abs = 0.0 if is_float else 0
+    res.max_rel = 0.0
+    res.max_abs_index, res.max_rel_index = [0] * len(shape), [0] * len(shape)  # the first element
+    if is_float:
+        k = _first_finite(ef)
+        if k is not None:
+            res.max_ulp, res.max_ulp_index = 0, _unravel(k, shape) if k else [0] * len(shape)
+    return True
+
+
+def _same_bytes(ef: np.ndarray, af: np.ndarray) -> bool:
+    """Whether two flat contiguous arrays of one dtype and size hold the same bytes,
+    compared as the widest unsigned integers that tile them (near memcmp speed)."""
+    nb = ef.nbytes
+    if nb == 0:
+        return True
+    e, a = ef.view(np.uint8), af.view(np.uint8)
+    for w in (8, 4, 2):
+        if nb % w == 0:
+            e, a = e.view(_RAW[w]), a.view(_RAW[w])
+            break
+    return bool((e == a).all())
+
+
+def _worst(v: np.ndarray, mask: np.ndarray | None, index: np.ndarray, everywhere: bool) -> tuple[int | None, int | None]:
+    """The worst of ``v`` (values at flat indices ``index``, among ``mask``) as (flat index,
+    position in ``v``), or (None, None) when there is none.
+
+    With ``everywhere`` the worst is over the whole tensor and ``index`` lists the pairs whose
+    values differ: every other element has error 0, every listed one an error above 0 (finite
+    values that differ are at least one ULP apart, and their relative error is at least about
+    2^-54, no underflow), so the worst is a listed one, or with none listed the first element
+    (position None, error 0).
+    """
+    k = _argworst(v, mask)
+    if everywhere and k is None:
+        return 0, None
+    return (None, None) if k is None else (int(index[k]), k)
+
+
+def _fill_stats(res: TensorResult, ef: np.ndarray, af: np.ndarray, shape: tuple[int, ...],
+                bad_index: np.ndarray, diff: _Differing | None) -> None:
+    """Worst abs / rel / ULP error with index, over the mismatching elements (all if none).
+
+    Computed only at the elements that can be worst: the mismatching ones, or, when none
+    mismatch, the pairs whose values differ (every other element has error 0, and then the
+    worst is the first element, or for ULP the first finite one).
+    """
+    if ef.size == 0:
         return
-    cand = bad if bad.any() else None
-    ef, af = exp.reshape(-1), act.reshape(-1)
+    everywhere = bad_index.size == 0
+    if not everywhere:
+        idx = bad_index
+    elif diff is not None:
+        idx = diff.index
+    else:  # exact contract, no mismatch: the bytes are equal
+        idx = bad_index
     with np.errstate(all="ignore"):
-        if _is_float(exp.dtype):
-            e, a = ef.astype(np.float64), af.astype(np.float64)
-            e_nan, a_nan = np.isnan(e), np.isnan(a)
-            fin = np.isfinite(e) & np.isfinite(a)
-            res.n_nonfinite = int(np.count_nonzero(bad & ~fin))
-            # equal values (same infinity, +-0) and NaN against NaN: 0; NaN against a number: nan;
-            # an infinity against anything else: inf; finite values: |a - e| (inf if it overflows).
-            absd = np.where((e == a) | (e_nan & a_nan), 0.0, np.abs(a - e))
-            rel = np.where(absd == 0.0, 0.0, np.where(np.isinf(e) & ~np.isnan(absd), np.inf, absd / np.abs(e)))
-            k = _argworst(absd, cand)
+        if _is_float(ef.dtype):
+            if everywhere and diff is not None:
+                # finite pairs that differ: |a - e| > 0 (inf if it overflows), relative to |e|
+                # (inf where e is 0), and no NaN or infinity among them
+                absd = diff.absd
+                rel = np.abs(diff.e64)
+                np.divide(absd, rel, out=rel)
+                fin = None  # every pair finite
+            else:
+                e, a = ef[idx].astype(np.float64), af[idx].astype(np.float64)
+                e_nan, a_nan = np.isnan(e), np.isnan(a)
+                fin = np.isfinite(e) & np.isfinite(a)
+                res.n_nonfinite = int(np.count_nonzero(~fin)) if not everywhere else 0
+                # equal values (same infinity, +-0) and NaN against NaN: 0; NaN against a number: nan;
+                # an infinity against anything else: inf; finite values: |a - e| (inf if it overflows).
+                absd = np.where((e == a) | (e_nan & a_nan), 0.0, np.abs(a - e))
+                rel = np.where(absd == 0.0, 0.0, np.where(np.isinf(e) & ~np.isnan(absd), np.inf, absd / np.abs(e)))
+            k, p = _worst(absd, None, idx, everywhere)
+            res.max_abs, res.max_abs_index = (float(absd[p]) if p is not None else 0.0), _unravel(k, shape)
+            k, p = _worst(rel, None, idx, everywhere)
+            res.max_rel, res.max_rel_index = (float(rel[p]) if p is not None else 0.0), _unravel(k, shape)
+            ulp = diff.ulp if (everywhere and diff is not None and diff.ulp is not None) else ulp_distance(ef[idx], af[idx])
+            k, p = _worst(ulp, fin, idx, everywhere)
+            if p is None and everywhere:
+                k = _first_finite(ef)  # every finite pair is 0 ULP apart: the first one
             if k is not None:
-                res.max_abs, res.max_abs_index = float(absd[k]), _unravel(k, exp.shape)
-                k = _argworst(rel, cand)
-                res.max_rel, res.max_rel_index = float(rel[k]), _unravel(k, exp.shape)
-            ulp_mask = fin if cand is None else (cand & fin)
-            k = _argworst(ulp_distance(ef, af), ulp_mask)
-            if k is not None:
-                u = int(ulp_distance(ef[k : k + 1], af[k : k + 1])[0])
-                res.max_ulp, res.max_ulp_index = u, _unravel(k, exp.shape)
+                res.max_ulp, res.max_ulp_index = (int(ulp[p]) if p is not None else 0), _unravel(k, shape)
         else:  # bool and integers: exact |a - e| as uint64
-            if exp.dtype.kind == "i":
-                e, a = ef.astype(np.int64), af.astype(np.int64)
+            es, as_ = ef[idx], af[idx]
+            if ef.dtype.kind == "i":
+                e, a = es.astype(np.int64), as_.astype(np.int64)
                 eu, au = e.view(np.uint64), a.view(np.uint64)
             else:
-                e, a = ef.astype(np.uint64), af.astype(np.uint64)
+                e, a = es.astype(np.uint64), as_.astype(np.uint64)
                 eu, au = e, a
             absd = np.where(a >= e, au - eu, eu - au)
             rel = np.where(absd == 0, 0.0, absd.astype(np.float64) / np.abs(e.astype(np.float64)))
-            k = _argworst(absd, cand)
-            if k is not None:
-                res.max_abs, res.max_abs_index = int(absd[k]), _unravel(k, exp.shape)
-                k = _argworst(rel, cand)
-                res.max_rel, res.max_rel_index = float(rel[k]), _unravel(k, exp.shape)
+            k, p = _worst(absd, None, idx, everywhere)
+            res.max_abs, res.max_abs_index = (int(absd[p]) if p is not None else 0), _unravel(k, shape)
+            k, p = _worst(rel, None, idx, everywhere)
+            res.max_rel, res.max_rel_index = (float(rel[p]) if p is not None else 0.0), _unravel(k, shape)
 
 
-def compare(name: str, expected: Any, actual: Any | None, contract: Contract) -> TensorResult:
-    """Compare one obtained output with its expected value under ``contract``.
-
-    Args:
-        name: output name (for the record).
-        expected: the golden's ``expected.<name>`` array (any shape; a KDTR dtype: bool,
-            u8..u64, i8..i64, f16, bf16, f32, f64). Array-likes go through ``np.asarray``.
-        actual: the binary's ``<name>`` array, or None if the output file lacks it.
-        contract: exact or allclose (see :mod:`kdtr.contract`, docs/comparison.md).
-
-    Returns:
-        A :class:`TensorResult`; ``ok`` is True exactly when the contract holds for every
-        element. A missing output, a dtype or shape change, a dtype outside the KDTR set,
-        or an ``allclose`` contract on a non-float output gives ``ok=False`` with
-        ``problem`` set. Never raises for the arrays' values (NaN, inf, overflow).
-    """
+def _compare(name: str, expected: Any, actual: Any | None, contract: Contract, fast: bool) -> TensorResult:
     expected = np.asarray(expected)
     res = TensorResult(name, contract.describe(), ok=False, n_total=int(expected.size))
     if actual is None:
@@ -374,16 +511,56 @@ def compare(name: str, expected: Any, actual: Any | None, contract: Contract) ->
         return res
     exp = expected if expected.flags.c_contiguous else expected.copy()  # (ascontiguousarray makes 0-d 1-d)
     act = actual if actual.flags.c_contiguous else actual.copy()
-
-    bad = _exact_bad(exp, act) if contract.kind == "exact" else _allclose_bad(exp, act, contract)
-    res.n_mismatch = int(np.count_nonzero(bad))
-    res.ok = res.n_mismatch == 0
-    _fill_stats(res, exp, act, bad)
-
-    flat_bad = np.flatnonzero(bad)[:MAX_SHOWN]
+    shape = exp.shape
     ef, af = exp.reshape(-1), act.reshape(-1)
-    w = exp.dtype.itemsize
-    er = ef.view(_RAW[w]) if _is_float(exp.dtype) else None
-    ar = af.view(_RAW[w]) if _is_float(exp.dtype) else None
-    res.first = [Element(_unravel(int(k), exp.shape), _fmt(ef, er, int(k)), _fmt(af, ar, int(k))) for k in flat_bad]
+
+    # Identical bytes: the record at the cost of a byte comparison (and, for a NaN-failing
+    # contract, a NaN scan: identical NaNs still fail it).
+    if fast and _same_bytes(ef, af) and _identical(res, ef, shape, contract):
+        return res
+
+    diff = None
+    if contract.kind == "exact":
+        bad = _exact_bad(ef, af)
+    else:
+        bad, diff = _allclose_bad(ef, af, contract)
+    bad_index = np.flatnonzero(bad)
+    res.n_mismatch = int(bad_index.size)
+    res.ok = res.n_mismatch == 0
+    _fill_stats(res, ef, af, shape, bad_index, diff)
+
+    shown = bad_index[:MAX_SHOWN]
+    w = ef.dtype.itemsize
+    er = ef.view(_RAW[w]) if _is_float(ef.dtype) else None
+    ar = af.view(_RAW[w]) if _is_float(ef.dtype) else None
+    res.first = [Element(_unravel(int(k), shape), _fmt(ef, er, int(k)), _fmt(af, ar, int(k))) for k in shown]
     return res
+
+
+def compare(name: str, expected: Any, actual: Any | None, contract: Contract) -> TensorResult:
+    """Compare one obtained output with its expected value under ``contract``.
+
+    Args:
+        name: output name (for the record).
+        expected: the golden's ``expected.<name>`` array (any shape; a KDTR dtype: bool,
+            u8..u64, i8..i64, f16, bf16, f32, f64). Array-likes go through ``np.asarray``.
+        actual: the binary's ``<name>`` array, or None if the output file lacks it.
+        contract: exact or allclose (see :mod:`kdtr.contract`, docs/comparison.md).
+
+    Returns:
+        A :class:`TensorResult`; ``ok`` is True exactly when the contract holds for every
+        element. A missing output, a dtype or shape change, a dtype outside the KDTR set,
+        or an ``allclose`` contract on a non-float output gives ``ok=False`` with
+        ``problem`` set. Never raises for the arrays' values (NaN, inf, overflow).
+
+    An output whose bytes equal the expected ones costs about a byte comparison (plus a
+    NaN scan under ``allclose`` with ``nan=fail``, which such an output still fails when it
+    holds a NaN); its record equals the one the element-wise comparison gives.
+    """
+    return _compare(name, expected, actual, contract, fast=True)
+
+
+def _compare_elements(name: str, expected: Any, actual: Any | None, contract: Contract) -> TensorResult:
+    """:func:`compare` without the identical-bytes fast path (every element judged), for
+    tests and benchmarks that check the fast path against it."""
+    return _compare(name, expected, actual, contract, fast=False)
