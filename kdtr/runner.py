@@ -586,10 +586,11 @@ def _single_command(p: _Prepared, cfg: RunConfig) -> list[str]:
 
 def _sanitizer_errors(stdout: str) -> str:
     """compute-sanitizer's error count and first report line, from its output."""
-    lines = [ln[len("========="):].strip() for ln in stdout.splitlines() if ln.startswith("=========")]
+    # "========= Invalid __global__ write ...", then its details indented further
+    lines = [ln[len("========= "):].rstrip() for ln in stdout.splitlines() if ln.startswith("=========")]
     summary = next((ln for ln in lines if ln.startswith("ERROR SUMMARY")), "")
-    first = next((ln for ln in lines if ln and not ln.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY"))
-                  and not ln.startswith("    ")), "")
+    first = next((ln for ln in lines if ln.strip() and not ln.startswith((" ", "COMPUTE-SANITIZER", "ERROR SUMMARY"))),
+                 "")
     return "; ".join(x for x in (summary, f"first: {first}" if first else "") if x) or "(no report line)"
 
 

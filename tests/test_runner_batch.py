@@ -245,6 +245,13 @@ def test_sanitizer_errors_are_attributed_to_their_golden(env):
     assert bad["rerun"].endswith("--sanitizer memcheck")
 
 
+def test_sanitizer_reason_from_real_compute_sanitizer_output(repo_root):
+    # compute-sanitizer 2025 (CUDA 13.0) memcheck on an out-of-bounds write, captured on the H200
+    text = (repo_root / "tests" / "data" / "compute_sanitizer_memcheck_oob.txt").read_text()
+    assert runner._sanitizer_errors(text) == "ERROR SUMMARY: 18 errors; first: Invalid __global__ write of size 4 bytes"
+    assert runner._sanitizer_errors("========= COMPUTE-SANITIZER\n") == "(no report line)"
+
+
 def test_a_clean_sanitizer_sweep_is_one_process(env):
     r, calls, cases = invoke(env, "--backend", "cuda", "--sanitizer", "racecheck", FAKE_GPU="1")
     assert r.exit_code == 0 and len(calls) == 1
