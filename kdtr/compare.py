@@ -34,7 +34,7 @@ outputs").
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
@@ -118,7 +118,12 @@ class TensorResult:
         return s
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        # what dataclasses.asdict gives (lists copied), without its deep-copying walk
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k in ("max_abs_index", "max_rel_index", "max_ulp_index"):
+            if d[k] is not None:
+                d[k] = list(d[k])
+        d["first"] = [{"index": list(e.index), "expected": e.expected, "actual": e.actual} for e in self.first]
         d["percent"] = self.percent
         for k in ("max_abs", "max_rel"):  # JSON has no nan/inf literals: write them as strings
             if isinstance(d[k], float) and not math.isfinite(d[k]):

@@ -805,10 +805,35 @@ def shard(cases: list[Case], spec: str | None) -> list[Case]:
     return [c for c in cases if order[(c.op, c.config, c.golden)] % n == i - 1]
 
 
-def plan_units(cases: list[Case], cfg: RunConfig) -> list[list[Case]]:
-    """Group ``cases`` into the units run_all starts: with ``cfg.batch`` one unit per op,
-    backend and device (the cuda cases of an op dealt out over ``cfg.device_list()``),
-    else one unit per case. Every cuda case comes out with its ``device`` set."""
+def _golden_bytes(case: Case) -> int:
+    try:
+        return os.stat(case.golden).st_size
+    except OSError:
+        return 0
+
+
+def _balanced(cases: list[Case], k: int) -> list[list[Case]]:
+    """``cases`` dealt into ``k`` groups of about equal golden bytes (largest first, each
+    to the lightest group), each group in the order of ``cases``."""
+    groups: list[list[Case]] = [[] for _ in range(k)]
+    load = [0] * k
+    for c in sorted(cases, key=_golden_bytes, reverse=True):
+        j = load.index(min(load))
+        groups[j].append(c)
+        load[j] += _golden_bytes(c)
+    order = {c: i for i, c in enumerate(cases)}
+    return [sorted(g, key=order.__getitem__) for g in groups if g]
+
+
+def plan_units(cases: list[Case], cfg: RunConfig, jobs: int = 1) -> list[list[Case]]:
+    """Group ``cases`` into the units run_all starts, the heaviest (golden bytes) first.
+
+    With ``cfg.batch``: one unit per op and device for the cuda cases (an op's cuda cases
+    dealt out over ``cfg.device_list()``), so each process pays the CUDA context once; the
+    cpu cases of an op split into up to ``jobs`` units of about equal golden bytes, since a
+    CPU process costs milliseconds and the cores are better kept busy. Without it, one
+    unit per case. Every cuda case comes out with its ``device`` set.
+    """
     devices = cfg.device_list()
     units: dict[tuple[str, str, int | None], list[Case]] = {}
     n_cuda = 0
@@ -820,7 +845,13 @@ def plan_units(cases: list[Case], cfg: RunConfig) -> list[list[Case]]:
             c = replace(c, device=device)
         key = (c.op, c.backend, device) if cfg.batch else (str(i), c.backend, device)
         units.setdefault(key, []).append(c)
-    return list(units.values())
+    out: list[list[Case]] = []
+    for (_, backend, _), cs in units.items():
+        if cfg.batch and backend == "cpu" and jobs > 1 and len(cs) > 1:
+            out += _balanced(cs, min(jobs, len(cs)))
+        else:
+            out.append(cs)
+    return sorted(out, key=lambda u: -sum(map(_golden_bytes, u)))
 
 
 def run_all(
@@ -872,7 +903,7 @@ def run_all(
                 arrived.put(harness_error(c, lost))
 
     try:
-        for cs in plan_units(cases, cfg):
+        for cs in plan_units(cases, cfg, jobs):
             if len(cs) > 1:
                 pool.submit(unit, cs)
             else:

@@ -421,3 +421,22 @@ def test_identical_bytes_with_nan_fail_under_nan_fail() -> None:
     assert not compare("t", x, x.copy(), Contract("allclose", nan="fail")).ok
     assert compare("t", x, x.copy(), Contract("allclose", nan="equal")).ok
     assert compare("t", x, x.copy(), EXACT).ok
+
+
+@pytest.mark.parametrize("bad", [nan, 5.0])
+def test_to_json_is_the_dataclass_record_with_lists_copied(bad) -> None:
+    import dataclasses
+
+    e = np.arange(24, dtype=np.float32).reshape(4, 6)
+    a = e.copy()
+    a[1, 2], a[3, 1] = bad, a[3, 1] + 1
+    r = compare("t", e, a, Contract("allclose", rtol=1e-6))
+    d = r.to_json()
+    want = dataclasses.asdict(r)
+    want["percent"] = r.percent
+    for k in ("max_abs", "max_rel"):
+        if isinstance(want[k], float) and not math.isfinite(want[k]):
+            want[k] = repr(want[k])
+    assert json.dumps(d, sort_keys=True) == json.dumps(want, sort_keys=True)
+    assert d["first"] and d["first"][0]["index"] is not r.first[0].index  # a copy, not the record's list
+    assert d["max_abs_index"] is not r.max_abs_index

@@ -112,10 +112,11 @@ def invoke(env, *args, timeout="60", **extra):
     log.write_text("")
     e = dict(os.environ, FAKE_LOG=str(log), PATH=f"{bdir}{os.pathsep}{os.environ['PATH']}",
              **{k: v for k, v in extra.items()})
+    jobs = [] if "-j" in args else ["-j", "1"]  # one cpu batch per op (-j N splits it in up to N)
     r = CliRunner().invoke(
         main,
         ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
-         "--timeout", timeout, *args],
+         "--timeout", timeout, *jobs, *args],
         env=e, catch_exceptions=False,
     )
     calls = [json.loads(ln) for ln in log.read_text().splitlines()]
@@ -138,6 +139,24 @@ def test_one_process_per_op_and_backend(env):
     chain = cases["tree_accept/chain@cpu"]
     assert "--batch" not in chain["command"] and "chain.kdtr" in chain["command"]
     assert chain["device"] is None and cases["tree_accept/chain@cuda"]["device"] == 0
+
+
+def test_cpu_batches_split_over_jobs_by_golden_bytes(env):
+    tmp_path, gdir, _ = env
+    r, calls, cases = invoke(env, "-j", "3")
+    assert r.exit_code == 0
+    cpu = [c for c in calls if c[c.index("--backend") + 1] == "cpu"]
+    cuda = [c for c in calls if c[c.index("--backend") + 1] == "cuda"]
+    assert len(cpu) == 3 and len(cuda) == 1  # cuda: one process per op and device whatever -j
+    sizes = sorted(sum(Path(c[i + 1]).stat().st_size for i, x in enumerate(c) if x == "--input") for c in cpu)
+    biggest = max(p.stat().st_size for p in gdir.glob("tree_accept/*.kdtr"))
+    assert sizes[-1] - sizes[0] <= biggest  # balanced to within one golden
+    assert sorted(Path(c[i + 1]).name for c in cpu for i, x in enumerate(c) if x == "--input") == \
+        sorted(p.name for p in gdir.glob("tree_accept/*.kdtr"))
+    # a unit of one golden runs it as a single-golden process (large_batch outweighs the rest)
+    assert [len([x for x in c if x == "--input"]) for c in cpu].count(1) == 1
+    assert cases["tree_accept/large_batch@cpu"]["process"] == "single"
+    assert {c["process"] for k, c in cases.items() if k != "tree_accept/large_batch@cpu"} == {"batch"}
 
 
 @pytest.mark.parametrize("mode,status,words", [
