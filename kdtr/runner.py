@@ -825,23 +825,49 @@ def _balanced(cases: list[Case], k: int) -> list[list[Case]]:
     return [sorted(g, key=order.__getitem__) for g in groups if g]
 
 
+def _place_on_devices(cases: list[Case], devices: tuple[int, ...], batch: bool) -> dict[Case, int]:
+    """The device of each cuda case that names none.
+
+    In batch mode over several devices, whole ops go to devices (heaviest op first, each
+    to the device with the fewest golden bytes) when that balances within 25% of an even
+    split: each GPU then creates a context for fewer ops, and the process count stays one
+    per op. Otherwise (one op outweighs the rest, or too few ops) the cases are dealt out
+    in turn, golden by golden.
+    """
+    cuda = [c for c in cases if c.backend == "cuda" and c.device is None]
+    if batch and len(devices) > 1 and cuda:
+        by_op: dict[str, list[Case]] = {}
+        for c in cuda:
+            by_op.setdefault(c.op, []).append(c)
+        weight = {op: sum(map(_golden_bytes, cs)) for op, cs in by_op.items()}
+        load = dict.fromkeys(devices, 0)
+        chosen: dict[str, int] = {}
+        for op in sorted(by_op, key=lambda o: (-weight[o], o)):
+            d = min(devices, key=lambda d: (load[d], d))
+            chosen[op] = d
+            load[d] += weight[op]
+        even = sum(weight.values()) / len(devices)
+        if len(by_op) >= len(devices) and max(load.values()) <= 1.25 * even:
+            return {c: chosen[c.op] for c in cuda}
+    return {c: devices[k % len(devices)] for k, c in enumerate(cuda)}
+
+
 def plan_units(cases: list[Case], cfg: RunConfig, jobs: int = 1) -> list[list[Case]]:
     """Group ``cases`` into the units run_all starts, the heaviest (golden bytes) first.
 
-    With ``cfg.batch``: one unit per op and device for the cuda cases (an op's cuda cases
-    dealt out over ``cfg.device_list()``), so each process pays the CUDA context once; the
+    With ``cfg.batch``: one unit per op and device for the cuda cases (placed on the
+    devices of ``cfg.device_list()`` by :func:`_place_on_devices`), so each process pays
+    the CUDA context once; the
     cpu cases of an op split into up to ``jobs`` units of about equal golden bytes, since a
     CPU process costs milliseconds and the cores are better kept busy. Without it, one
     unit per case. Every cuda case comes out with its ``device`` set.
     """
-    devices = cfg.device_list()
+    placed = _place_on_devices(cases, cfg.device_list(), cfg.batch)
     units: dict[tuple[str, str, int | None], list[Case]] = {}
-    n_cuda = 0
     for i, c in enumerate(cases):
         device = None
         if c.backend == "cuda":
-            device = c.device if c.device is not None else devices[n_cuda % len(devices)]
-            n_cuda += 1
+            device = c.device if c.device is not None else placed[c]
             c = replace(c, device=device)
         key = (c.op, c.backend, device) if cfg.batch else (str(i), c.backend, device)
         units.setdefault(key, []).append(c)

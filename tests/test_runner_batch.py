@@ -322,3 +322,21 @@ def test_binary_batch_usage_errors(args, words):
     p = _bin(*args)
     assert p.returncode == 2 and words in p.stderr and len(p.stderr.splitlines()) == 1
     assert runner.BATCH_TAG not in p.stdout
+
+
+def test_several_ops_go_whole_to_devices_when_that_balances(repo_root):
+    found = runner.discover(repo_root / "golden")
+    cfg = runner.RunConfig(repo_root / "golden", Path("b"), Path("o"), devices=(0, 1))
+    units = runner.plan_units(runner.plan(found, ["cuda"]), cfg, jobs=8)
+    ops = {op for op, _, _ in found}
+    assert len(units) == len(ops)  # one process per op, as on one device
+    assert all(len({c.device for c in u}) == 1 and len({c.op for c in u}) == 1 for u in units)
+    assert {u[0].device for u in units} == {0, 1}
+    # one op alone cannot be balanced whole: its goldens are dealt out over both devices
+    one = runner.plan([g for g in found if g[0] == "tree_build"], ["cuda"])
+    units = runner.plan_units(one, cfg, jobs=8)
+    assert sorted(u[0].device for u in units) == [0, 1]
+    assert abs(len(units[0]) - len(units[1])) <= 1
+    # the cpu cases of a mixed run are not placed on devices
+    mixed = runner.plan_units(runner.plan(found, ["cpu", "cuda"]), cfg, jobs=2)
+    assert all(c.device is None for u in mixed for c in u if c.backend == "cpu")
