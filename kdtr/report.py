@@ -8,6 +8,7 @@ elements (request, slot, expected, actual), the kept output file and a rerun com
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import subprocess
@@ -15,7 +16,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import quote
 
 from . import format as kformat
 from .runner import STATUSES, CaseResult
@@ -134,6 +136,28 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
 
 
 
+# Draws a failing tree_accept / greedy_step case as SVG next to its obtained output and
+# returns the file (or None). Set by runners/show.py when the CLI imports it: kdtr/ never
+# imports runners/, and without the hook the Markdown report simply has no picture links.
+case_svg: Callable[[CaseResult], Path | None] | None = None
+SVG_OPS = ("tree_accept", "greedy_step")
+
+
+def _svg_link(r: CaseResult, report_dir: Path | None) -> str | None:
+    """The Markdown line linking the case's draft-tree SVG; None (no line) when there is no
+    hook, nothing to draw, or drawing fails in any way: a picture never stops a report."""
+    if case_svg is None or r.case.op not in SVG_OPS or not r.output_file:
+        return None
+    try:
+        svg = case_svg(r)
+        if svg is None:
+            return None
+        target = Path(os.path.relpath(svg, report_dir)) if report_dir is not None else Path(svg)
+        return f"Draft tree, expected vs obtained: [{_md_cell(target.name)}]({quote(target.as_posix(), safe='/.:')})"
+    except Exception:  # noqa: BLE001 - never fail the report for a picture (Terminated is a BaseException)
+        return None
+
+
 def _md_cell(s: str) -> str:
     return printable(s).replace("|", "\\|")
 
@@ -143,7 +167,9 @@ def _fence(lines: list[str]) -> str:
     return "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", "\n".join(lines))), default=0))
 
 
-def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
+def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | None = None) -> str:
+    """The Markdown report; ``report_dir`` (where it will be written) makes the draft-tree
+    SVG links of failing tree_accept / greedy_step cases relative to it."""
     c = counts(results)
     backends = sorted({r.case.backend for r in results})
     out = ["# kdtr conformance report", ""]
@@ -179,6 +205,9 @@ def markdown(results: list[CaseResult], env: dict[str, Any]) -> str:
             lines = mismatch_lines(r)
             fence = _fence(lines)
             out += [fence, *lines, fence]
+            link = _svg_link(r, report_dir)
+            if link:
+                out.append(link)
     not_supported = [r for r in results if r.status == Status.NOT_SUPPORTED]
     if not_supported:
         reasons = sorted({r.reason for r in not_supported})
@@ -199,7 +228,8 @@ def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any]) 
     (each report also records ``env["run_id"]``).
     """
     paths = [report_dir / name for name in REPORT_NAMES]
-    texts = [json.dumps(to_json(results, env), indent=2) + "\n", junit(results, env), markdown(results, env)]
+    texts = [json.dumps(to_json(results, env), indent=2) + "\n", junit(results, env),
+             markdown(results, env, report_dir)]
     report_dir.mkdir(parents=True, exist_ok=True)
     kformat.atomic_write_together([(path, text.encode("utf-8")) for path, text in zip(paths, texts)])
     return paths

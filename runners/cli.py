@@ -35,6 +35,8 @@ from kdtr.errors import KdtrError
 from kdtr.status import Status
 from kdtr.text import printable
 
+from runners.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
+
 import generators  # the configuration registry (generators.REGISTRY): kdtr/ itself never imports generators
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
@@ -517,6 +519,8 @@ def entry() -> None:
         click.echo("kdtr: interrupted", err=True)
         sys.exit(130)
 
+
+main.add_command(show_command)
 
 if __name__ == "__main__":
     entry()
