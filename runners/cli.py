@@ -37,6 +37,8 @@ from kdtr.text import printable
 
 from runners.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
 
+from runners.convert_cmd import convert as convert_command  # kdtr convert
+
 import generators  # the configuration registry (generators.REGISTRY): kdtr/ itself never imports generators
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
@@ -521,6 +523,8 @@ def entry() -> None:
 
 
 main.add_command(show_command)
+
+main.add_command(convert_command)
 
 if __name__ == "__main__":
     entry()

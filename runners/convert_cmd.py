@@ -1,0 +1,71 @@
+"""``kdtr convert SRC DST``: KDTR <-> .npz / .safetensors (the work is in :mod:`kdtr.convert`).
+
+Exit 0 on success (one line on stdout), 2 on any error: one line on stderr naming the
+file and the field (tensor, metadata entry, suffix), as the other commands do.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from kdtr import convert as kconvert
+from kdtr.errors import KdtrError
+from kdtr.text import printable
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"kdtr: error: {printable(msg)}", err=True)
+    sys.exit(2)
+
+
+@click.command("convert")
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("dst", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace DST if it exists.")
+@click.option("--compress", is_flag=True, help="Deflate the members of an .npz DST (np.savez_compressed's way).")
+def convert(src: str, dst: str, force: bool, compress: bool) -> None:
+    """Convert SRC to DST between KDTR (.kdtr), .npz and .safetensors; the suffixes pick
+    the formats.
+
+    Tensors keep their names, dtypes (bf16 included), shapes and order; KDTR metadata
+    (int, float, str, bool) is kept in reserved entries that the converse conversion reads
+    back (docs/convert.md). DST is written atomically and never replaced without --force.
+    Exit 2 with one line naming the file and the tensor or field on any refusal.
+    """
+    try:
+        kconvert.check_paths(src, dst, force=force, compress=compress)
+    except kconvert.ConvertError as exc:
+        _fail(str(exc))
+        return
+    try:
+        contents = kconvert.read(src)
+    except kconvert.ConvertError as exc:
+        _fail(str(exc))
+        return
+    except KdtrError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+        return
+    except ImportError as exc:
+        _fail(f"{src}: {exc}")
+        return
+    except OSError as exc:
+        _fail(f"{src}: {exc.strerror or exc}")
+        return
+    try:
+        kconvert.write(dst, contents, compress=compress)
+    except kconvert.ConvertError as exc:
+        _fail(str(exc))
+        return
+    except KdtrError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+        return
+    except ImportError as exc:
+        _fail(f"{dst}: {exc}")
+        return
+    except OSError as exc:
+        _fail(f"{dst}: {exc.strerror or exc}")
+        return
+    click.echo(printable(f"{dst}: {len(contents.tensors)} tensors, {len(contents.metadata)} metadata entries "
+                         f"(from {src})"))
