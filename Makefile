@@ -4,6 +4,8 @@
 #                       OPS: with nvcc when it is found (CPU and CUDA backends), else with
 #                       g++ (CPU backend only)
 #   make NO_CUDA=1      force the CPU-only g++ build even where nvcc exists
+#   make lib            build/lib/libkdtr_kernels.so: the C ABI of the kernels (CUDA and
+#                       CPU entries; CPU only without nvcc or with NO_CUDA=1), see below
 #   make clean          remove build/
 #   make deps           (run by `make build`) install ISA-L (libisal-dev) for the CRC-32
 #                       where it is missing and apt-get can: see "CRC-32" below
@@ -136,6 +138,42 @@ clean:
 
 -include $(wildcard $(OBJ)/*.d)
 
+# --- the C ABI: build/lib/libkdtr_kernels.so (make lib) ---
+#
+# One extern "C" entry per op and backend (cuda_tests/include/kdtr_kernels.h,
+# cuda_tests/lib/kdtr_kernels.cu), called from Python by kdtr/kernels.py.  CUDA build:
+# the kernels compiled again as position-independent objects into $(OBJ)/pic/ and linked
+# with the entries by nvcc -shared (static cudart); CPU-only build (no nvcc, NO_CUDA=1):
+# the entries alone by $(CXX) -shared, every *_cuda entry returning "not built with CUDA".
+# Not part of `make build`; `make test` builds it.
+LIBDIR := $(BUILD)/lib
+PIC := $(OBJ)/pic
+KERNELS_LIB := $(LIBDIR)/libkdtr_kernels.so
+KERNELS_LIB_SRC := cuda_tests/lib/kdtr_kernels.cu
+
+.PHONY: lib
+lib: $(KERNELS_LIB)
+	@echo "built ($(VARIANT)): $(KERNELS_LIB)"
+
+$(LIBDIR) $(PIC):
+	@mkdir -p $@
+
+ifeq ($(VARIANT),cuda)
+$(PIC)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(PIC)
+	$(NVCC_PATH) $(KDTR_NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+$(PIC)/kdtr_kernels.o: $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(PIC)
+	$(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra,-fPIC,-fvisibility=hidden $(INCLUDES) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+$(KERNELS_LIB): $(PIC)/kdtr_kernels.o $(OPS:%=$(PIC)/kernel_%.o) | $(LIBDIR)
+	$(NVCC_PATH) -shared $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS)
+else
+$(KERNELS_LIB): $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(LIBDIR) $(PIC)
+	$(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -fPIC -fvisibility=hidden -shared -MMD -MP -MT $@ -MF $(PIC)/kdtr_kernels.d -x c++ $< -x none -o $@ $(LDFLAGS)
+endif
+
+-include $(wildcard $(PIC)/*.d)
+
 # --- python targets below ---
 
 # `make run` and `make test` set everything up from a fresh clone: a virtual environment
@@ -157,7 +195,10 @@ run: build venv
 	$(KDTR) run $(RUN_ARGS)
 
 # A conformance run first (it leaves reports/ for CI), then the whole suite; both must pass.
+# `make lib` (after build, in a fresh make that sees what `deps` installed) for the tests
+# of the C ABI bindings (tests/test_kernels_abi.py).
 test: build venv
+	@$(MAKE) --no-print-directory lib
 	$(KDTR) run $(RUN_ARGS) ; rc=$$? ; \
 	$(VPY) -m pytest -q -p no:cacheprovider tests || exit 1 ; exit $$rc
 

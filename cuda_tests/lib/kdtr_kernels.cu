@@ -1,0 +1,534 @@
+// kdtr_kernels.cu -- the C ABI of build/lib/libkdtr_kernels.so (cuda_tests/include/kdtr_kernels.h).
+//
+// Host code only (like cuda_tests/tests/test_<op>.cu): compiled as C++ by nvcc -x c++ in
+// the CUDA build and linked with the kernels (cuda_tests/kernels/<op>.cu, compiled again
+// as position-independent objects), or by g++ -DKDTR_NO_CUDA in the CPU-only build, where
+// every *_cuda entry returns KDTR_ERR_NO_CUDA.  Each entry checks what the host can see,
+// copies the C struct into the kernels' own parameter struct (TreeBuildParams,
+// VerifyAttnProblem, TreeAcceptParams, GreedyStepTreeLenParams) and calls the existing
+// CPU backend (*_cpu) or launcher (launch_*); no C++ exception leaves the library.
+
+#include "kdtr_kernels.h"
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "greedy_step.cuh"
+#include "tree_accept.cuh"
+#include "tree_build.cuh"
+#include "verify_attn.cuh"
+
+#ifndef KDTR_NO_CUDA
+#include <cuda_runtime_api.h>
+
+#include "greedy_step_launch.h"
+#include "tree_accept_launch.h"
+#include "tree_build_launch.h"
+#include "verify_attn_launch.h"
+#endif
+
+namespace {
+
+using namespace kdtr;
+
+thread_local std::string g_last_error;
+
+// Bounds of the dims, as kdtr_ops.hpp's table has them (docs/binaries.md).
+constexpr int64_t kMaxIndexDim = 0x7fffffffLL;          // tree_build: B, D, K
+constexpr int64_t kMaxBudget = 0x7fffffffLL - 1;         // tree_build: N (T = N + 1 fits int32)
+constexpr int64_t kMaxAttnDim = kVerifyAttnMaxDim;       // verify_attn: B, T, H, Dqk, T*H, S
+constexpr int64_t kMaxRowDim = INT64_MAX / 2;            // tree_accept: B, T
+
+// A failed check: code and message, carried to the entry's return.
+struct Fail {
+  int code;
+  std::string what;
+};
+
+[[noreturn]] void fail(int code, const std::string& what) { throw Fail{code, what}; }
+
+void dim(const char* op, const char* name, int64_t v, int64_t max) {
+  if (v < 0) fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": " + name + " " + std::to_string(v) + " is negative");
+  if (v > max)
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": " + name + " " + std::to_string(v) + " exceeds " + std::to_string(max));
+}
+
+// A pointer that must be set when its tensor has elements.
+void ptr(const char* op, const char* name, const void* p, bool nonempty) {
+  if (p == nullptr && nonempty) fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": " + name + " is NULL");
+}
+
+void null_params(const char* op, const void* p) {
+  if (p == nullptr) fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": params is NULL");
+}
+
+// Runs `body` (which returns a code), mapping every exception to a code and a message.
+template <class F>
+int guarded(F&& body) {
+  g_last_error.clear();
+  try {
+    return body();
+  } catch (const Fail& f) {
+    g_last_error = f.what;
+    return f.code;
+  } catch (const std::bad_alloc&) {
+    g_last_error = "out of host memory (the CPU backend's scratch)";
+    return KDTR_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    g_last_error = std::string("internal error: ") + e.what();
+    return KDTR_ERR_INTERNAL;
+  } catch (...) {
+    g_last_error = "internal error: unknown exception";
+    return KDTR_ERR_INTERNAL;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Checks and struct copies, one per op (shared by both backends)
+// ---------------------------------------------------------------------------------------
+
+TreeBuildParams tree_build_checked(const kdtr_tree_build_params* c, const char* op) {
+  null_params(op, c);
+  dim(op, "B", c->B, kMaxIndexDim);
+  dim(op, "D", c->D, kMaxIndexDim);
+  dim(op, "K", c->K, kMaxIndexDim);
+  dim(op, "N (max_budget)", c->N, kMaxBudget);
+  if (c->kernel != KDTR_TREE_BUILD_AUTO && c->kernel != KDTR_TREE_BUILD_HEAP && c->kernel != KDTR_TREE_BUILD_SELECT)
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), HEAP (1) or SELECT (2)");
+  const bool b = c->B > 0, in3 = b && c->D > 0 && c->K > 0;
+  ptr(op, "top_log_probs", c->top_log_probs, in3);
+  ptr(op, "top_token_ids", c->top_token_ids, in3);
+  ptr(op, "root_token_ids", c->root_token_ids, b);
+  ptr(op, "budget", c->budget, b);
+  ptr(op, "depth_limit", c->depth_limit, b);
+  ptr(op, "node_count", c->node_count, b);
+  ptr(op, "node_token_ids", c->node_token_ids, b);
+  ptr(op, "node_depths", c->node_depths, b);
+  ptr(op, "parents", c->parents, b);
+  ptr(op, "next_token", c->next_token, b);
+  ptr(op, "next_sibling", c->next_sibling, b);
+  ptr(op, "visibility", c->visibility, b);
+  ptr(op, "status", c->status, b);
+  TreeBuildParams p;
+  p.top_log_probs = c->top_log_probs;
+  p.top_token_ids = c->top_token_ids;
+  p.root_token_ids = c->root_token_ids;
+  p.budget = c->budget;
+  p.depth_limit = c->depth_limit;
+  p.node_count = c->node_count;
+  p.node_token_ids = c->node_token_ids;
+  p.node_depths = c->node_depths;
+  p.parents = c->parents;
+  p.next_token = c->next_token;
+  p.next_sibling = c->next_sibling;
+  p.visibility = c->visibility;
+  p.status = c->status;
+  p.heap_fallback = c->heap_fallback;
+  p.B = c->B;
+  p.D = c->D;
+  p.K = c->K;
+  p.N = c->N;
+  p.kernel = c->kernel;
+  return p;
+}
+
+void attn_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t S, int64_t Dqk, int64_t d_v, int32_t dtype) {
+  dim(op, "B", B, kMaxAttnDim);
+  dim(op, "T", T, kMaxAttnDim);
+  dim(op, "H", H, kMaxAttnDim);
+  dim(op, "S", S, kMaxAttnDim);
+  dim(op, "Dqk", Dqk, kMaxAttnDim);
+  if (T * H > kMaxAttnDim)
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": T*H " + std::to_string(T * H) + " exceeds " + std::to_string(kMaxAttnDim));
+  if (d_v < 1 || d_v > Dqk)
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": d_v " + std::to_string(d_v) + " is outside [1, Dqk = " + std::to_string(Dqk) + "]");
+  if (dtype != KDTR_DTYPE_F32 && dtype != KDTR_DTYPE_BF16)
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": dtype " + std::to_string(dtype) + " is not F32 (0) or BF16 (1)");
+}
+
+VerifyAttnProblem verify_attn_checked(const kdtr_verify_attn_params* c, const char* op) {
+  null_params(op, c);
+  attn_dims(op, c->B, c->T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
+  if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA)
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), SIMT (1) or MMA (2)");
+  const bool b = c->B > 0, rows = b && c->T > 0 && c->H > 0;
+  ptr(op, "q", c->q, rows);
+  ptr(op, "kv_cache", c->kv_cache, b && c->S > 0);
+  ptr(op, "prefix_len", c->prefix_len, b);
+  ptr(op, "tree_len", c->tree_len, b);
+  ptr(op, "visibility", c->visibility, b && c->T > 0);
+  ptr(op, "out", c->out, rows);
+  ptr(op, "lse", c->lse, rows);
+  VerifyAttnProblem p;
+  p.input = c->dtype == KDTR_DTYPE_BF16 ? VerifyAttnInput::BF16 : VerifyAttnInput::F32;
+  p.q = c->q;
+  p.kv_cache = c->kv_cache;
+  p.prefix_len = c->prefix_len;
+  p.tree_len = c->tree_len;
+  p.visibility = c->visibility;
+  p.out = c->out;
+  p.lse = c->lse;
+  p.B = c->B;
+  p.T = c->T;
+  p.H = c->H;
+  p.S = c->S;
+  p.Dqk = c->Dqk;
+  p.d_v = c->d_v;
+  p.sm_scale = c->sm_scale;
+  return p;
+}
+
+// The lengths verify_attn trusts (host memory): prefix_len >= 0, tree_len in [0, T] (or
+// the chain's T when tree_len is null), prefix_len + tree_len <= S.
+void attn_lengths(const char* op, const int32_t* prefix_len, const int32_t* tree_len, int64_t B, int64_t T, int64_t S) {
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t pl = prefix_len[b], tl = tree_len != nullptr ? tree_len[b] : T;
+    const std::string req = std::string(op) + ": request " + std::to_string(b) + ": ";
+    if (pl < 0) fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " is negative");
+    if (tl < 0 || tl > T)
+      fail(KDTR_ERR_INVALID_ARGUMENT, req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]");
+    if (!verify_attn_lengths_ok(pl, tl, T, S))
+      fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " + " +
+                                          (tree_len != nullptr ? "tree_len " : "T ") + std::to_string(tl) +
+                                          " exceeds the cache rows S = " + std::to_string(S));
+  }
+}
+
+TreeAcceptParams tree_accept_checked(const kdtr_tree_accept_params* c, const char* op) {
+  null_params(op, c);
+  dim(op, "B", c->B, kMaxRowDim);
+  dim(op, "T", c->T, kMaxRowDim);
+  const bool b = c->B > 0, bt = b && c->T > 0;
+  ptr(op, "node_token_ids", c->node_token_ids, bt);
+  ptr(op, "next_token", c->next_token, bt);
+  ptr(op, "next_sibling", c->next_sibling, bt);
+  ptr(op, "node_count", c->node_count, b);
+  ptr(op, "target_predict", c->target_predict, bt);
+  ptr(op, "accepted_count", c->accepted_count, b);
+  ptr(op, "accepted_path", c->accepted_path, bt);
+  ptr(op, "proposed", c->proposed, bt);
+  ptr(op, "status", c->status, b);
+  TreeAcceptParams p;
+  p.node_token_ids = c->node_token_ids;
+  p.next_token = c->next_token;
+  p.next_sibling = c->next_sibling;
+  p.node_count = c->node_count;
+  p.target_predict = c->target_predict;
+  p.accepted_count = c->accepted_count;
+  p.accepted_path = c->accepted_path;
+  p.proposed = c->proposed;
+  p.status = c->status;
+  p.B = c->B;
+  p.T = c->T;
+  return p;
+}
+
+// The greedy_step chain's four structs (as kdtr::ops::greedy_step_params wires them).
+struct Chain {
+  TreeBuildParams build;
+  GreedyStepTreeLenParams tree_len;
+  VerifyAttnProblem attn;
+  TreeAcceptParams accept;
+};
+
+Chain greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
+  null_params(op, c);
+  dim(op, "N (max_budget)", c->N, kMaxBudget);
+  const int64_t T = c->N + 1;
+  dim(op, "B", c->B, kMaxAttnDim);  // the chain's bound: the smallest over its ops
+  dim(op, "D", c->D, kMaxIndexDim);
+  dim(op, "K", c->K, kMaxIndexDim);
+  attn_dims(op, c->B, T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
+  const bool b = c->B > 0, in3 = b && c->D > 0 && c->K > 0, rows = b && c->H > 0;
+  ptr(op, "top_log_probs", c->top_log_probs, in3);
+  ptr(op, "top_token_ids", c->top_token_ids, in3);
+  ptr(op, "root_token_ids", c->root_token_ids, b);
+  ptr(op, "budget", c->budget, b);
+  ptr(op, "depth_limit", c->depth_limit, b);
+  ptr(op, "q", c->q, rows);
+  ptr(op, "kv_cache", c->kv_cache, b && c->S > 0);
+  ptr(op, "prefix_len", c->prefix_len, b);
+  ptr(op, "target_predict", c->target_predict, b);
+  ptr(op, "node_count", c->node_count, b);
+  ptr(op, "node_token_ids", c->node_token_ids, b);
+  ptr(op, "node_depths", c->node_depths, b);
+  ptr(op, "parents", c->parents, b);
+  ptr(op, "next_token", c->next_token, b);
+  ptr(op, "next_sibling", c->next_sibling, b);
+  ptr(op, "visibility", c->visibility, b);
+  ptr(op, "build_status", c->build_status, b);
+  ptr(op, "out", c->out, rows);
+  ptr(op, "lse", c->lse, rows);
+  ptr(op, "accepted_count", c->accepted_count, b);
+  ptr(op, "accepted_path", c->accepted_path, b);
+  ptr(op, "proposed", c->proposed, b);
+  ptr(op, "accept_status", c->accept_status, b);
+  ptr(op, "tree_len", c->tree_len, b);
+  Chain ch;
+  kdtr_tree_build_params tb{};
+  tb.top_log_probs = c->top_log_probs;
+  tb.top_token_ids = c->top_token_ids;
+  tb.root_token_ids = c->root_token_ids;
+  tb.budget = c->budget;
+  tb.depth_limit = c->depth_limit;
+  tb.node_count = c->node_count;
+  tb.node_token_ids = c->node_token_ids;
+  tb.node_depths = c->node_depths;
+  tb.parents = c->parents;
+  tb.next_token = c->next_token;
+  tb.next_sibling = c->next_sibling;
+  tb.visibility = c->visibility;
+  tb.status = c->build_status;
+  tb.B = c->B;
+  tb.D = c->D;
+  tb.K = c->K;
+  tb.N = c->N;
+  tb.kernel = KDTR_TREE_BUILD_AUTO;
+  ch.build = tree_build_checked(&tb, op);
+  ch.tree_len.node_count = c->node_count;
+  ch.tree_len.tree_len = c->tree_len;
+  ch.tree_len.B = c->B;
+  ch.tree_len.T = T;
+  kdtr_verify_attn_params va{};
+  va.q = c->q;
+  va.kv_cache = c->kv_cache;
+  va.prefix_len = c->prefix_len;
+  va.tree_len = c->tree_len;
+  va.visibility = c->visibility;
+  va.out = c->out;
+  va.lse = c->lse;
+  va.B = c->B;
+  va.T = T;
+  va.H = c->H;
+  va.S = c->S;
+  va.Dqk = c->Dqk;
+  va.d_v = c->d_v;
+  va.sm_scale = c->sm_scale;
+  va.dtype = c->dtype;
+  ch.attn = verify_attn_checked(&va, op);
+  kdtr_tree_accept_params ta{};
+  ta.node_token_ids = c->node_token_ids;
+  ta.next_token = c->next_token;
+  ta.next_sibling = c->next_sibling;
+  ta.node_count = c->node_count;
+  ta.target_predict = c->target_predict;
+  ta.accepted_count = c->accepted_count;
+  ta.accepted_path = c->accepted_path;
+  ta.proposed = c->proposed;
+  ta.status = c->accept_status;
+  ta.B = c->B;
+  ta.T = T;
+  ch.accept = tree_accept_checked(&ta, op);
+  return ch;
+}
+
+#ifndef KDTR_NO_CUDA
+
+// ---------------------------------------------------------------------------------------
+// CUDA: errors, kernel choice
+// ---------------------------------------------------------------------------------------
+
+void cuda_check(const char* op, const char* what, cudaError_t e) {
+  if (e == cudaSuccess) return;
+  fail(e == cudaErrorNotSupported ? KDTR_ERR_NOT_SUPPORTED : KDTR_ERR_CUDA,
+       std::string(op) + ": " + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+int current_device(const char* op) {
+  int device = 0;
+  cuda_check(op, "cudaGetDevice", cudaGetDevice(&device));
+  return device;
+}
+
+// tree_build's build kernel for `want` on `device`, its shared memory raised (as
+// kdtr::ops::configure_tree_build): AUTO is select where it fits, else heap.
+int32_t configure_tree_build(const char* op, const TreeBuildParams& p, int32_t want, int device) {
+  size_t need = 0, have = 0;
+  auto fits = [&](int32_t k) {
+    need = tree_build_smem_bytes(p.N, p.D, p.K, k);
+    cuda_check(op, "tree_build_smem_available", tree_build_smem_available(device, k, &have));
+    return need <= have;
+  };
+  int32_t k = want == TREE_BUILD_KERNEL_HEAP ? TREE_BUILD_KERNEL_HEAP : TREE_BUILD_KERNEL_SELECT;
+  if (!fits(k) && want == TREE_BUILD_KERNEL_AUTO) {
+    k = TREE_BUILD_KERNEL_HEAP;
+    fits(k);
+  }
+  if (need > have)
+    fail(KDTR_ERR_NOT_SUPPORTED, std::string(op) + ": N = " + std::to_string(p.N) + ", D = " + std::to_string(p.D) +
+                                     ": the " + (k == TREE_BUILD_KERNEL_HEAP ? "heap" : "select") + " kernel needs " +
+                                     std::to_string(need) + " bytes of shared memory per block, device " +
+                                     std::to_string(device) + " allows " + std::to_string(have));
+  cuda_check(op, "tree_build_configure", tree_build_configure(k, need));
+  return k;
+}
+
+VerifyAttnPlan plan_verify_attn(const char* op, const VerifyAttnProblem& p, int32_t kernel, int device) {
+  const VerifyAttnKernel requested = kernel == KDTR_VERIFY_ATTN_SIMT  ? VerifyAttnKernel::Simt
+                                     : kernel == KDTR_VERIFY_ATTN_MMA ? VerifyAttnKernel::Mma
+                                                                      : VerifyAttnKernel::Auto;
+  VerifyAttnPlan plan;
+  const cudaError_t e = verify_attn_plan(p, requested, device, &plan);
+  if (e == cudaErrorNotSupported)
+    fail(KDTR_ERR_NOT_SUPPORTED,
+         std::string(op) + ": no " + (requested == VerifyAttnKernel::Mma ? "mma " : "") + "kernel for " +
+             (p.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " + std::to_string(p.Dqk) + ", d_v " +
+             std::to_string(p.d_v) + " (mma needs bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and the shared memory)");
+  cuda_check(op, "verify_attn_plan", e);
+  cuda_check(op, "verify_attn_configure", verify_attn_configure(plan));
+  return plan;
+}
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+#endif  // KDTR_NO_CUDA
+
+#ifdef KDTR_NO_CUDA
+int no_cuda(const char* op) {
+  g_last_error = std::string(op) + ": not built with CUDA (libkdtr_kernels.so is the CPU-only build: "
+                                   "make lib with nvcc on PATH and without NO_CUDA=1)";
+  return KDTR_ERR_NO_CUDA;
+}
+#endif
+
+}  // namespace
+
+extern "C" {
+
+int kdtr_abi_version(void) { return KDTR_ABI_VERSION; }
+
+int kdtr_has_cuda(void) {
+#ifdef KDTR_NO_CUDA
+  return 0;
+#else
+  return 1;
+#endif
+}
+
+int64_t kdtr_params_size(const char* op) {
+  if (op == nullptr) return 0;
+  if (std::strcmp(op, "tree_build") == 0) return sizeof(kdtr_tree_build_params);
+  if (std::strcmp(op, "verify_attn") == 0) return sizeof(kdtr_verify_attn_params);
+  if (std::strcmp(op, "tree_accept") == 0) return sizeof(kdtr_tree_accept_params);
+  if (std::strcmp(op, "greedy_step") == 0) return sizeof(kdtr_greedy_step_params);
+  return 0;
+}
+
+const char* kdtr_last_error(void) { return g_last_error.c_str(); }
+
+// ---- CPU backends ----------------------------------------------------------------------
+
+int kdtr_tree_build_cpu(kdtr_tree_build_params* c) {
+  return guarded([&] {
+    TreeBuildParams p = tree_build_checked(c, "tree_build");
+    p.kernel = c->kernel == KDTR_TREE_BUILD_SELECT ? TREE_BUILD_KERNEL_SELECT : TREE_BUILD_KERNEL_HEAP;
+    tree_build_cpu(p);
+    c->kernel_ran = p.kernel;
+    return KDTR_OK;
+  });
+}
+
+int kdtr_verify_attn_cpu(kdtr_verify_attn_params* c) {
+  return guarded([&] {
+    const VerifyAttnProblem p = verify_attn_checked(c, "verify_attn");
+    if (c->kernel != KDTR_VERIFY_ATTN_AUTO)
+      fail(KDTR_ERR_INVALID_ARGUMENT, "verify_attn: kernel SIMT / MMA applies to the CUDA entry only");
+    attn_lengths("verify_attn", p.prefix_len, p.tree_len, p.B, p.T, p.S);
+    verify_attn_cpu(p);
+    c->kernel_ran = "cpu_f64";
+    return KDTR_OK;
+  });
+}
+
+int kdtr_tree_accept_cpu(kdtr_tree_accept_params* c) {
+  return guarded([&] {
+    tree_accept_cpu(tree_accept_checked(c, "tree_accept"));
+    return KDTR_OK;
+  });
+}
+
+int kdtr_greedy_step_cpu(kdtr_greedy_step_params* c) {
+  return guarded([&] {
+    Chain ch = greedy_step_checked(c, "greedy_step");
+    attn_lengths("greedy_step", c->prefix_len, nullptr, c->B, c->N + 1, c->S);
+    ch.build.kernel = TREE_BUILD_KERNEL_HEAP;
+    tree_build_cpu(ch.build);
+    greedy_step_tree_len_cpu(ch.tree_len);
+    verify_attn_cpu(ch.attn);
+    tree_accept_cpu(ch.accept);
+    c->attn_kernel_ran = "cpu_f64";
+    return KDTR_OK;
+  });
+}
+
+// ---- CUDA kernels ----------------------------------------------------------------------
+
+#ifdef KDTR_NO_CUDA
+
+int kdtr_tree_build_cuda(kdtr_tree_build_params*, void*) { return no_cuda("tree_build"); }
+int kdtr_verify_attn_cuda(kdtr_verify_attn_params*, void*) { return no_cuda("verify_attn"); }
+int kdtr_tree_accept_cuda(kdtr_tree_accept_params*, void*) { return no_cuda("tree_accept"); }
+int kdtr_greedy_step_cuda(kdtr_greedy_step_params*, void*) { return no_cuda("greedy_step"); }
+
+#else
+
+int kdtr_tree_build_cuda(kdtr_tree_build_params* c, void* stream) {
+  return guarded([&] {
+    const char* op = "tree_build";
+    TreeBuildParams p = tree_build_checked(c, op);
+    if (p.B == 0) {
+      c->kernel_ran = c->kernel == KDTR_TREE_BUILD_HEAP ? KDTR_TREE_BUILD_HEAP : KDTR_TREE_BUILD_SELECT;
+      return KDTR_OK;
+    }
+    p.kernel = configure_tree_build(op, p, c->kernel, current_device(op));
+    cuda_check(op, "launch_tree_build", launch_tree_build(p, as_stream(stream)));
+    c->kernel_ran = p.kernel;
+    return KDTR_OK;
+  });
+}
+
+int kdtr_verify_attn_cuda(kdtr_verify_attn_params* c, void* stream) {
+  return guarded([&] {
+    const char* op = "verify_attn";
+    const VerifyAttnProblem p = verify_attn_checked(c, op);
+    const VerifyAttnPlan plan = plan_verify_attn(op, p, c->kernel, current_device(op));
+    cuda_check(op, "launch_verify_attn", launch_verify_attn(p, plan, as_stream(stream)));
+    c->kernel_ran = plan.name;
+    return KDTR_OK;
+  });
+}
+
+int kdtr_tree_accept_cuda(kdtr_tree_accept_params* c, void* stream) {
+  return guarded([&] {
+    const char* op = "tree_accept";
+    cuda_check(op, "launch_tree_accept", launch_tree_accept(tree_accept_checked(c, op), as_stream(stream)));
+    return KDTR_OK;
+  });
+}
+
+int kdtr_greedy_step_cuda(kdtr_greedy_step_params* c, void* stream) {
+  return guarded([&] {
+    const char* op = "greedy_step";
+    Chain ch = greedy_step_checked(c, op);
+    const int device = current_device(op);
+    const VerifyAttnPlan plan = plan_verify_attn(op, ch.attn, KDTR_VERIFY_ATTN_AUTO, device);
+    c->attn_kernel_ran = plan.name;
+    if (c->B == 0) return KDTR_OK;
+    ch.build.kernel = configure_tree_build(op, ch.build, TREE_BUILD_KERNEL_AUTO, device);
+    const cudaStream_t s = as_stream(stream);
+    cuda_check(op, "launch_tree_build", launch_tree_build(ch.build, s));
+    cuda_check(op, "launch_greedy_step_tree_len", launch_greedy_step_tree_len(ch.tree_len, s));
+    cuda_check(op, "launch_verify_attn", launch_verify_attn(ch.attn, plan, s));
+    cuda_check(op, "launch_tree_accept", launch_tree_accept(ch.accept, s));
+    return KDTR_OK;
+  });
+}
+
+#endif  // KDTR_NO_CUDA
+
+}  // extern "C"
