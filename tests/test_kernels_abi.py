@@ -246,11 +246,12 @@ def test_not_a_library_is_a_clear_error(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 def _to_cuda(torch, a):
+    a = np.asarray(a)
+    if a.ndim == 0 and a.dtype.kind in "fiu":
+        return a  # scalars (sm_scale, d_v) stay host values (np.ascontiguousarray would make them 1-d)
     a = np.ascontiguousarray(a)
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
-    if a.ndim == 0 and a.dtype.kind in "fiu":
-        return a  # scalars (sm_scale, d_v) stay host values
     return torch.from_numpy(a.copy()).cuda()
 
 
