@@ -42,6 +42,9 @@
 
 #include "verify_attn.cuh"
 #include "verify_attn_launch.h"
+#if defined(KDTR_HAVE_WGMMA)
+#include "verify_attn_sm90.h"
+#endif
 
 namespace kdtr {
 namespace {
@@ -741,6 +744,7 @@ enum Instance : int {
   kSimtF32Nj1 = 1, kSimtF32Nj2, kSimtF32Nj4, kSimtF32Nj8,
   kSimtBf16Nj1, kSimtBf16Nj2, kSimtBf16Nj4, kSimtBf16Nj8,
   kMmaD128V128, kMmaD576V512,
+  kWgmma,  // the Hopper kernel (verify_attn_sm90.cu)
 };
 
 struct InstanceInfo {
@@ -762,6 +766,9 @@ InstanceInfo instance_info(int id) {
     case kSimtBf16Nj8: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 8>), simt::Cfg<8>::kSmem, 512, "simt_bf16_dvt512"};
     case kMmaD128V128: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128>), mma::Cfg<128, 128>::kSmem, 0, "mma_bf16_dqk128_dv128"};
     case kMmaD576V512: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512>), mma::Cfg<576, 512>::kSmem, 0, "mma_bf16_dqk576_dv512"};
+#if defined(KDTR_HAVE_WGMMA)
+    case kWgmma: return {nullptr, sm90::wgmma_smem_bytes(), 0, sm90::wgmma_name()};
+#endif
     default: return {nullptr, 0, 0, ""};
   }
 }
@@ -773,7 +780,36 @@ int simt_instance(VerifyAttnInput input, int64_t d_v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The Hopper kernel's id when it computes `p` on `device` (compute capability 9.0, a
+// build that has it, enough opt-in shared memory), else 0; a device-query error is
+// returned through *err.
+int wgmma_instance(const VerifyAttnProblem& p, int device, cudaError_t* err) {
+  *err = cudaSuccess;
+#if defined(KDTR_HAVE_WGMMA)
+  if (!sm90::wgmma_fits(p)) return 0;
+  int major = 0, minor = 0, optin = 0;
+  if ((*err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess ||
+      (*err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device)) != cudaSuccess ||
+      (*err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) != cudaSuccess)
+    return 0;
+  if (major != 9 || minor != 0 || sm90::wgmma_smem_bytes() > static_cast<size_t>(optin)) return 0;
+  return kWgmma;
+#else
+  (void)p;
+  (void)device;
+  return 0;
+#endif
+}
+
 }  // namespace
+
+bool verify_attn_have_wgmma() {
+#if defined(KDTR_HAVE_WGMMA)
+  return true;
+#else
+  return false;
+#endif
+}
 
 cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel requested, int device, VerifyAttnPlan* plan) {
   if (plan == nullptr) return cudaErrorInvalidValue;
@@ -794,18 +830,27 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
     if (err != cudaSuccess) return err;
     if (instance_info(mma_id).smem > static_cast<size_t>(optin)) mma_id = 0;
   }
+  int wgmma_id = 0;
+  if (requested == VerifyAttnKernel::Wgmma || requested == VerifyAttnKernel::Auto) {
+    cudaError_t err;
+    wgmma_id = wgmma_instance(p, device, &err);
+    if (err != cudaSuccess) return err;
+  }
   int id;
-  if (requested == VerifyAttnKernel::Mma) {
+  if (requested == VerifyAttnKernel::Wgmma) {
+    if (wgmma_id == 0) return cudaErrorNotSupported;
+    id = wgmma_id;
+  } else if (requested == VerifyAttnKernel::Mma) {
     if (mma_id == 0) return cudaErrorNotSupported;
     id = mma_id;
   } else if (requested == VerifyAttnKernel::Simt) {
     id = simt_instance(p.input, p.d_v);
   } else {
-    id = mma_id != 0 ? mma_id : simt_instance(p.input, p.d_v);
+    id = wgmma_id != 0 && p.Dqk > 256 ? wgmma_id : mma_id != 0 ? mma_id : simt_instance(p.input, p.d_v);
   }
   const InstanceInfo info = instance_info(id);
   if (info.dvt > 0 && ceil_div(p.d_v, info.dvt) > 65535) return cudaErrorInvalidValue;
-  plan->kernel = id >= kMmaD128V128 ? VerifyAttnKernel::Mma : VerifyAttnKernel::Simt;
+  plan->kernel = id == kWgmma ? VerifyAttnKernel::Wgmma : id >= kMmaD128V128 ? VerifyAttnKernel::Mma : VerifyAttnKernel::Simt;
   plan->instance = id;
   plan->smem_bytes = info.smem;
   plan->name = info.name;
@@ -813,12 +858,18 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
 }
 
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan) {
+#if defined(KDTR_HAVE_WGMMA)
+  if (plan.instance == kWgmma) return sm90::wgmma_configure();
+#endif
   const InstanceInfo info = instance_info(plan.instance);
   if (info.fn == nullptr) return cudaErrorInvalidValue;
   return cudaFuncSetAttribute(info.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(info.smem));
 }
 
 cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream) {
+#if defined(KDTR_HAVE_WGMMA)
+  if (plan.instance == kWgmma) return p.B == 0 || p.T * p.H == 0 ? cudaSuccess : sm90::launch_wgmma(p, stream);
+#endif
   const InstanceInfo info = instance_info(plan.instance);
   if (info.fn == nullptr) return cudaErrorInvalidValue;
   const int64_t tiles = ceil_div(p.T * p.H, kBM);

@@ -23,20 +23,28 @@ namespace kdtr {
 //   Mma:  bf16 tensor cores (mma.sync m16n8k16, f32 accumulation) for bf16 inputs with
 //         Dqk % 8 == 0, Dqk <= 576 and d_v <= 512 (instances for Dqk <= 128 / d_v <= 128
 //         and for the Kimi K2 dims Dqk = 576, d_v = 512).
-//   Auto: Mma where it applies, else Simt.
-enum class VerifyAttnKernel : int { Auto = 0, Simt = 1, Mma = 2 };
+//   Wgmma: the Hopper kernel (sm_90a: wgmma + TMA, verify_attn_sm90.cu) for bf16 inputs
+//         with Dqk % 8 == 0, Dqk <= 576 and d_v <= 512, on a device of compute
+//         capability 9.0, in a build that has it (CUDA_ARCH holds 90 and the CUTLASS
+//         headers were found: kdtr::verify_attn_have_wgmma()).
+//   Auto: Wgmma where it applies and Dqk > 256, else Mma where it applies, else Simt.
+enum class VerifyAttnKernel : int { Auto = 0, Simt = 1, Mma = 2, Wgmma = 3 };
+
+// Whether this build carries the Hopper kernel (VerifyAttnKernel::Wgmma).
+bool verify_attn_have_wgmma();
 
 // The chosen kernel instance (filled by verify_attn_plan).
 struct VerifyAttnPlan {
-  VerifyAttnKernel kernel = VerifyAttnKernel::Simt;  // Simt or Mma, never Auto
+  VerifyAttnKernel kernel = VerifyAttnKernel::Simt;  // Simt, Mma or Wgmma, never Auto
   int instance = 0;                                  // internal instance id
   size_t smem_bytes = 0;                             // dynamic shared memory per block
   const char* name = "";                             // e.g. "mma_bf16_dqk576_dv512"
 };
 
 // Pick the kernel for `p` given the `requested` one on `device`.  Returns
-// cudaErrorNotSupported when `requested` is Mma and the problem does not fit it (f32
-// inputs, dims, or the device's opt-in shared memory), cudaErrorInvalidValue for dims
+// cudaErrorNotSupported when `requested` is Mma or Wgmma and the problem does not fit it
+// (f32 inputs, dims, the device's opt-in shared memory; for Wgmma also a device other
+// than compute capability 9.0 or a build without the kernel), cudaErrorInvalidValue for dims
 // the kernels cannot index (negative, T*H or S over 2^30, d_v outside [1, Dqk]), or a
 // device-query error.
 cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel requested, int device, VerifyAttnPlan* plan);
