@@ -15,18 +15,44 @@ In one run, on one GPU:
   2. the ceilings: a large bf16 and fp32 (no TF32) matmul through torch and a large
      device-to-device copy (bytes read + written), each the median of CUDA-event timings;
   3. the binary's kernel (`--repeat`, median of device-event timings of the kernel alone)
-     for each CUDA kernel that applies (mma: bf16 tensor cores; simt: f32 FFMA);
+     for each CUDA kernel that applies, forced with `--kernel` (bf16: `wgmma`, the Hopper
+     wgmma + TMA kernel, and `mma`, mma.sync tensor cores; fp32: `simt`, f32 FFMA; a
+     kernel the binary does not offer here, exit 3, is skipped with a note), each with
+     its share of the matmul ceiling of its dtype and the issue-14 target beside it
+     (bf16: wgmma >= 60%, mma >= 45% of the bf16 matmul ceiling);
   4. torch.nn.functional.scaled_dot_product_attention on the same inputs (q [B,H,T,Dqk],
      key/value the latent KV expanded over heads, boolean attn_mask [B,1,T,S] equal to the
      contract's mask), under the backend torch picks and under each backend that accepts
      the inputs, median of CUDA-event timings after warm-up;
   5. agreement: max abs error of the kernel's out and lse and of SDPA's out against a
      float64 evaluation of the contract (torch, on the GPU).
-It ends with a Markdown table; `--out FILE` appends it with the command, date and GPU.
+It ends with a Markdown table; `--out FILE` appends it with the command, date, GPU and commit.
 
     python3 bench/bench_verify_attn.py [--out docs/benchmarks.md] [--dtypes bf16,fp32]
 
-Needs torch (with CUDA), numpy, ml_dtypes and the kdtr package (PYTHONPATH=repo root).
+`--sweep` times the bf16 kernels (`--sweep-kernels`, default wgmma,mma) over a grid
+instead: prefix_len x B x T (`--sweep-prefix`, `--sweep-batch`, `--sweep-t`; default
+{1024 .. 32768} x {1, 4, 16, 64} x {9, 33, 65, 129}: 96 points per kernel) at H = 64,
+Dqk = 576, d_v = 512. Time only: no SDPA and no float64 reference; per point the kernels'
+out and lse of request 0 are compared with the first kernel's (max abs difference: a
+cheap agreement figure). Inputs are random bf16 bit patterns (|x| in [0.25, 2), signs
+random) made once for the largest point (a random pool tiled into one q and one KV
+buffer; each point's q and KV are views of their fronts), written as one KDTR input per
+point in a temporary directory (/dev/shm where it has room) and deleted after the point. Per point and
+kernel: median kernel ms (`--repeat`, chosen per point so the timed runs take about
+`--sweep-seconds`), TFLOP/s (visible pairs), % of the bf16 matmul ceiling, minimum bytes,
+GB/s, % of the copy rate, arithmetic intensity (FLOP / minimum bytes) against the ridge
+point (matmul ceiling / copy rate): below it the point is memory-bound and its target is
+>= 60% of the copy rate, else compute-bound with the kernel's target; met or missed.
+The expected time is estimated and printed first; `--time-budget S` stops the sweep
+before a point that would end past S seconds (the table then covers the points done).
+
+    python3 bench/bench_verify_attn.py --sweep [--sweep-prefix 1024,4096] [--time-budget 300] [--out FILE]
+
+Needs torch (with CUDA) for the ceilings, SDPA and the reference, numpy, ml_dtypes and the
+kdtr package (PYTHONPATH=repo root). `--ceilings BF16,FP32,COPY` (TFLOP/s, TFLOP/s, GB/s)
+skips measuring them; with `--binary-backend cpu` (and small dims) the sweep then runs
+without torch or a GPU: a dry run of the pipeline.
 """
 
 from __future__ import annotations
@@ -34,8 +60,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
+import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,7 +75,11 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # the sweep's dry run (--ceilings, --binary-backend cpu) needs no torch
+    torch = None
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -276,21 +308,27 @@ def run_sdpa(x, mask, device: str, warmup: int, iters: int) -> dict[str, tuple[f
 
 TIMING = re.compile(r"timing backend=(\w+) repeat=(\d+) median_us=([0-9.]+) min_us=([0-9.]+)")
 
+# Issue 14's targets: share of the bf16 matmul ceiling (measured in the same run) a kernel
+# must reach where the problem is compute-bound; memory-bound problems: share of the copy rate.
+KERNEL_TARGETS = {"wgmma": 0.60, "mma": 0.45}
+COPY_TARGET = 0.60
+
 
 def run_binary(binary: Path, golden: Path, out: Path, backend: str, kernel: str, repeat: int):
-    """(median ms, min ms, kernel name, out, lse) or an error string."""
+    """(median ms, min ms, kernel name, out, lse) or an error string ("exit 3: ..." where the
+    kernel does not apply or the backend is absent)."""
     cmd = [str(binary), "--input", str(golden), "--output", str(out), "--backend", backend, "--repeat", str(repeat)]
-    if backend == "cuda":
+    if backend == "cuda" and kernel != "auto":
         cmd += ["--kernel", kernel]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         return f"exit {r.returncode}: {r.stderr.strip()}"
     mt = TIMING.search(r.stdout)
     if mt is None:
         return f"no timing line in {r.stdout!r}"
-    f = kdtr.load(out)
-    return (float(mt.group(3)) / 1e3, float(mt.group(4)) / 1e3, str(f.metadata.get("kernel", "?")),
-            np.array(f.tensors["out"]), np.array(f.tensors["lse"]))
+    with kdtr.load(out) as f:
+        return (float(mt.group(3)) / 1e3, float(mt.group(4)) / 1e3, str(f.metadata.get("kernel", "?")),
+                np.array(f.tensors["out"]), np.array(f.tensors["lse"]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,43 +357,89 @@ def counts(x: dict[str, np.ndarray]) -> dict[str, float]:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "kdtr_verify_attn"))
-    ap.add_argument("--dtypes", default="bf16,fp32")
-    ap.add_argument("--kernels", default="mma,simt",
-                    help="CUDA kernels to time where they apply (binary --kernel; mma*: bf16 only)")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--prefix", type=int, default=4096)
-    ap.add_argument("--slots", type=int, default=65, help="T = node_count + 1")
-    ap.add_argument("--heads", type=int, default=64)
-    ap.add_argument("--dqk", type=int, default=576)
-    ap.add_argument("--dv", type=int, default=512)
-    ap.add_argument("--tree", choices=["random", "chain"], default="random")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--repeat", type=int, default=50, help="binary --repeat")
-    ap.add_argument("--iters", type=int, default=30, help="timed runs for torch (SDPA, ceilings)")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--matmul-n", type=int, default=8192)
-    ap.add_argument("--copy-bytes", type=int, default=2 << 30)
-    ap.add_argument("--device", default="cuda", help="torch device; 'cpu' (with --binary-backend cpu) is a dry run")
-    ap.add_argument("--binary-backend", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--out", help="append the table (with command, date, GPU) to this Markdown file")
-    args = ap.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)  # SDPA explains each backend it skips
+def target_text(kernel: str, share: float) -> str:
+    """'>= 60%: met' for a kernel with an issue-14 target, else '-'."""
+    t = KERNEL_TARGETS.get(kernel)
+    return "-" if t is None else f">= {100 * t:.0f}%: {'met' if share >= t else 'missed'}"
 
+
+def kernel_family(name: str) -> str:
+    """'wgmma_bf16_dqk576_dv512' -> 'wgmma' (the --kernel value that forces it)."""
+    return name.split("_", 1)[0]
+
+
+def gpu_name(dev: str) -> str:
+    if torch is not None and dev.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=30)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip().splitlines()[0] + ("" if dev.startswith("cuda") else " (torch device cpu)")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "no GPU (dry run)" if not dev.startswith("cuda") else "unknown GPU"
+
+
+def commit_id(explicit: str | None) -> str:
+    """--commit, else $KDTR_COMMIT, else this checkout's git HEAD (+dirty)."""
+    if explicit:
+        return explicit
+    if os.environ.get("KDTR_COMMIT"):
+        return os.environ["KDTR_COMMIT"]
+    try:
+        h = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           timeout=30)
+        d = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=30)
+        if h.returncode == 0:
+            return h.stdout.strip() + ("+dirty" if d.stdout.strip() else "") + " (git HEAD of this checkout)"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown (no git; give --commit or KDTR_COMMIT)"
+
+
+def header(title: str, gpu: str, commit: str) -> str:
+    cmd = "python3 " + " ".join(shlex.quote(a) for a in [str(Path(sys.argv[0]))] + sys.argv[1:])
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    tv = f", torch {torch.__version__}" if torch is not None else ""
+    return f"\n## {title} ({date})\n\nCommand: `{cmd}`  \nMachine: {gpu}{tv}  \nCommit: {commit}\n\n"
+
+
+def get_ceilings(args) -> dict[str, float]:
+    if args.ceilings:
+        bf, fp, cp = (float(v) for v in args.ceilings.split(","))
+        ceil = {"matmul_bf16_tflops": bf, "matmul_fp32_tflops": fp, "copy_gbs": cp, "given": True}
+        src = "given (--ceilings)"
+    else:
+        if torch is None:
+            sys.exit("bench_verify_attn: torch is needed to measure the ceilings (or give --ceilings BF16,FP32,COPY)")
+        ceil = ceilings(args.device, args.matmul_n, args.copy_bytes, args.iters)
+        src = "measured"
+    print(f"ceilings ({src}): bf16 matmul {ceil['matmul_bf16_tflops']:.1f} TFLOP/s, fp32 matmul (no TF32) "
+          f"{ceil['matmul_fp32_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s (read + write)")
+    return ceil
+
+
+def ceiling_note(args, ceil: dict[str, float]) -> str:
+    how = ("given on the command line (--ceilings), not measured" if ceil.get("given") else
+           f"measured in the same run ({args.matmul_n}^3 through torch; copy of {args.copy_bytes / 2**30:.0f} GiB)")
+    return (f"Ceilings, {how}: bf16 matmul {ceil['matmul_bf16_tflops']:.0f} TFLOP/s, fp32 matmul (no TF32) "
+            f"{ceil['matmul_fp32_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s (read + write).")
+
+
+def k2_table(args, prob: Problem, gpu: str) -> int:
+    if torch is None:
+        sys.exit("bench_verify_attn: the K2 table needs torch (SDPA and the float64 reference); --sweep needs it "
+                 "only for the ceilings")
     dev = args.device
-    gpu = torch.cuda.get_device_name(0) if dev.startswith("cuda") else "cpu (dry run)"
-    prob = Problem(args.batch, args.slots, args.heads, args.dqk, args.dv, args.prefix, args.tree, args.seed)
     print(f"verify_attn bench on {gpu}: B={prob.B} T={prob.T} H={prob.H} Dqk={prob.Dqk} d_v={prob.d_v} "
           f"prefix={prob.prefix} tree={prob.tree} (node_count {prob.T - 1}); torch {torch.__version__}")
-
-    ceil = ceilings(dev, args.matmul_n, args.copy_bytes, args.iters)
-    print(f"ceilings: bf16 matmul {ceil['matmul_bf16_tflops']:.1f} TFLOP/s, fp32 matmul (no TF32) "
-          f"{ceil['matmul_fp32_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s (read + write)")
+    ceil = get_ceilings(args)
 
     rows = []
     sdpa_lines = []
+    skipped = []
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
@@ -395,15 +479,18 @@ def main() -> int:
                               f"{sd['contiguous_backend']} {sc_ms:.3f} ms (out err {sc_err:.1e}); forced backends "
                               "(expanded K/V): " + "; ".join(per_backend) + ".")
 
-            kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+            wanted = args.kernels_bf16 if dtype == "bf16" else args.kernels_fp32
+            kernels = [k.strip() for k in wanted.split(",") if k.strip()]
             if args.binary_backend == "cpu":
                 kernels = ["auto"]
             for kern in kernels:
-                if kern.startswith("mma") and dtype != "bf16":
+                if kern in ("mma", "wgmma") and dtype != "bf16":
                     continue
                 res = run_binary(Path(args.bin), golden, tmp / "out.kdtr", args.binary_backend, kern, args.repeat)
                 if isinstance(res, str):
-                    print(f"  kernel {kern}: {res}")
+                    why = "does not apply here (exit 3)" if res.startswith("exit 3") else "failed"
+                    print(f"  kernel {kern}: {why}: {res}")
+                    skipped.append(f"`--kernel {kern}` on {dtype} {why}: {res.splitlines()[0][:240]}")
                     continue
                 ms, ms_min, name, out, lse = res
                 out_t, lse_t = torch.from_numpy(out).to(dev).double(), torch.from_numpy(lse).to(dev).double()
@@ -413,11 +500,13 @@ def main() -> int:
                 tflops = flop / (ms * 1e-3) / 1e12
                 gbs = c["bytes"] / (ms * 1e-3) / 1e9
                 mm = ceil["matmul_bf16_tflops" if dtype == "bf16" else "matmul_fp32_tflops"]
+                share = tflops / mm
+                tgt = target_text(kernel_family(name), share) if dtype == "bf16" else "-"
                 print(f"  kernel {name}: median {ms:.3f} ms (min {ms_min:.3f}), {tflops:.1f} TFLOP/s "
-                      f"({100 * tflops / mm:.1f}% of {dtype} matmul), {gbs:.0f} GB/s "
+                      f"({100 * share:.1f}% of {dtype} matmul; target {tgt}), {gbs:.0f} GB/s "
                       f"({100 * gbs / ceil['copy_gbs']:.1f}% of copy); max abs err vs f64: out {e_out:.2e}, "
                       f"lse {e_lse:.2e}; vs SDPA out {e_ks:.2e}")
-                rows.append([dtype, name, f"{ms:.3f}", f"{tflops:.1f}", f"{100 * tflops / mm:.1f}%", f"{gbs:.0f}",
+                rows.append([dtype, name, f"{ms:.3f}", f"{tflops:.1f}", f"{100 * share:.1f}%", tgt, f"{gbs:.0f}",
                              f"{100 * gbs / ceil['copy_gbs']:.2f}%", f"{sd_ms:.3f} ({sd['default_backend']})",
                              f"{sd_ms / ms:.2f}", f"{sc_ms:.3f} ({sd['contiguous_backend']})", f"{sc_ms / ms:.2f}",
                              f"{e_out:.2e}", f"{e_lse:.2e}", f"{sd_err:.2e} / {sc_err:.2e}"])
@@ -425,30 +514,423 @@ def main() -> int:
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()
 
-    head = ["dtype", "kernel", "kernel ms", "TFLOP/s", "% matmul ceiling", "GB/s", "% copy ceiling",
-            "torch SDPA ms (backend)", "SDPA ms / kernel ms", "SDPA, K/V per head, ms", "that / kernel ms",
-            "kernel out err", "kernel lse err", "SDPA out err (expanded / per head)"]
+    head = ["dtype", "kernel", "kernel ms", "TFLOP/s", "% matmul ceiling (its dtype)", "target (issue 14)", "GB/s",
+            "% copy ceiling", "torch SDPA ms (backend)", "SDPA ms / kernel ms", "SDPA, K/V per head, ms",
+            "that / kernel ms", "kernel out err", "kernel lse err", "SDPA out err (expanded / per head)"]
     table = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     c = counts(synth(prob, "bf16")) if rows else None
+    ridge = ceil["matmul_bf16_tflops"] * 1e12 / (ceil["copy_gbs"] * 1e9)
     notes = [
         f"Problem: B={prob.B}, T={prob.T} (node_count {prob.T - 1}, {prob.tree} trees), H={prob.H}, Dqk={prob.Dqk}, "
         f"d_v={prob.d_v}, prefix_len {prob.prefix}, S = prefix + T. TFLOP/s counts visible (row, key) pairs only"
-        + (f" ({(c['qk_flop'] + c['pv_flop']) / 1e9:.1f} GFLOP; dense {c['dense_flop'] / 1e9:.1f})" if c else "")
-        + "; GB/s uses the minimum bytes. Ceilings measured in the same run: "
-        f"bf16 matmul {ceil['matmul_bf16_tflops']:.0f} TFLOP/s, fp32 matmul (no TF32) "
-        f"{ceil['matmul_fp32_tflops']:.1f} TFLOP/s ({args.matmul_n}^3, torch), copy {ceil['copy_gbs']:.0f} GB/s "
-        "(read + write). Errors: max abs against the float64 contract.",
+        + (f" ({(c['qk_flop'] + c['pv_flop']) / 1e9:.1f} GFLOP; dense {c['dense_flop'] / 1e9:.1f}); "
+           f"bf16 intensity {(c['qk_flop'] + c['pv_flop']) / c['bytes']:.0f} FLOP/B against a ridge point of "
+           f"{ridge:.0f} FLOP/B (bf16 matmul / copy): "
+           + ("compute-bound" if (c["qk_flop"] + c["pv_flop"]) / c["bytes"] >= ridge else "memory-bound") if c else "")
+        + "; GB/s uses the minimum bytes. " + ceiling_note(args, ceil)
+        + " Targets (issue 14, bf16, share of the bf16 matmul ceiling): wgmma >= 60%, mma >= 45%; the fp32 row's "
+        "share is of the fp32 matmul ceiling. Errors: max abs against the float64 contract.",
         *sdpa_lines,
     ]
+    if skipped:
+        notes.append("Not run: " + "; ".join(skipped) + ".")
     text = "\n".join(table) + "\n\n" + "\n\n".join(notes) + "\n"
     print("\n" + text)
     if args.out:
-        cmd = "python3 " + " ".join(shlex.quote(a) for a in [str(Path(sys.argv[0]))] + sys.argv[1:])
-        date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         with open(args.out, "a", encoding="utf-8") as f:
-            f.write(f"\n## verify_attn: kernel vs torch SDPA at Kimi K2 dims ({date})\n\n"
-                    f"Command: `{cmd}`  \nMachine: {gpu}, torch {torch.__version__}\n\n{text}")
+            f.write(header("verify_attn: kernels vs torch SDPA at Kimi K2 dims", gpu, commit_id(args.commit)) + text)
     return 0
+
+
+# ---------------------------------------------------------------------------------------
+# the sweep
+# ---------------------------------------------------------------------------------------
+
+# Assumed rates for the time estimate (the H200 device machine; refined while running).
+EST = {
+    "gen_Bps": 1.0e9,  # input bytes filled, CRC'd and written per second (numpy + kdtr.save)
+    "load_Bps": 2.0e9,  # input bytes the binary maps, verifies and copies to the device
+    "out_Bps": 1.0e9,  # output bytes copied back, CRC'd and written
+    "start_s": 0.5,  # one binary process: start, CUDA context, allocation
+    "share": 0.35,  # share of the bf16 matmul ceiling assumed for the kernels
+}
+
+
+def ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def bf16_pool(seed: int, n: int = (1 << 25) + 4099) -> np.ndarray:
+    """n random bf16 values: random sign and 7 mantissa bits, exponent 2^-2 .. 2^0, so
+    |x| in [0.25, 2): finite, no subnormals; made from random bits in one shot."""
+    r = np.random.default_rng(seed).integers(0, 1 << 16, n, dtype=np.uint16)
+    exp = (np.uint16(125) + ((r >> np.uint16(7)) & np.uint16(0xFF)) % np.uint16(3)).astype(np.uint16)
+    return ((r & np.uint16(0x807F)) | (exp << np.uint16(7))).view(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class Point:
+    prefix: int
+    B: int
+    T: int
+
+
+def tiled(pool: np.ndarray, n: int, offset: int) -> np.ndarray:
+    """n values: the pool, rotated by offset, repeated (one copy, no temporary)."""
+    src = np.concatenate([pool[offset:], pool[:offset]])
+    out = np.empty(n, pool.dtype)
+    for i in range(0, n, len(src)):
+        m = min(len(src), n - i)
+        out[i : i + m] = src[:m]
+    return out
+
+
+def sweep_inputs(pt: Point, H: int, Dqk: int, d_v: int, flat_q: np.ndarray, flat_kv: np.ndarray,
+                 vis: np.ndarray) -> dict[str, np.ndarray]:
+    """One point's inputs: q and KV are C-contiguous views of the front of the big random
+    buffers (no copy), full trees (tree_len = T)."""
+    S = pt.prefix + pt.T
+    return {
+        "q": flat_q[: pt.B * pt.T * H * Dqk].reshape(pt.B, pt.T, H, Dqk),
+        "kv_cache": flat_kv[: pt.B * S * Dqk].reshape(pt.B, S, Dqk),
+        "prefix_len": np.full(pt.B, pt.prefix, np.int32),
+        "tree_len": np.full(pt.B, pt.T, np.int32),
+        "visibility": np.ascontiguousarray(vis[: pt.B]),
+        "sm_scale": np.array(sm_scale_mla(192, 64.0), np.float32),
+        "d_v": np.array(d_v, np.int32),
+    }
+
+
+def point_sizes(pt: Point, H: int, Dqk: int, d_v: int) -> tuple[float, float, float]:
+    """(input file bytes, output file bytes, dense FLOP) of a point, without making it."""
+    S = pt.prefix + pt.T
+    inp = pt.B * pt.T * H * Dqk * 2 + pt.B * S * Dqk * 2 + pt.B * pt.T * pt.T + 8 * pt.B
+    out = pt.B * pt.T * H * (d_v + 1) * 4
+    flop = 2.0 * H * (Dqk + d_v) * pt.B * pt.T * S
+    return float(inp), float(out), flop
+
+
+def point_repeat(flop: float, ceil_bf16: float, args) -> int:
+    est_s = flop / (EST["share"] * ceil_bf16 * 1e12)
+    return int(min(args.sweep_max_repeat, max(args.sweep_min_repeat, round(args.sweep_seconds / max(est_s, 1e-9)))))
+
+
+def point_estimate(pt: Point, n_kernels: int, ceil_bf16: float, args) -> float:
+    """Seconds for one point (binary starts not counted: those are per chunk)."""
+    inp, out, flop = point_sizes(pt, args.heads, args.dqk, args.dv)
+    run_s = flop / (EST["share"] * ceil_bf16 * 1e12)
+    per_kernel = inp / EST["load_Bps"] + out / EST["out_Bps"] + (point_repeat(flop, ceil_bf16, args) + 4) * run_s
+    return inp / EST["gen_Bps"] + n_kernels * per_kernel
+
+
+def make_chunks(order: list[Point], sizes: dict[Point, tuple[float, float, float]], limit_bytes: float,
+                most: int) -> list[list[Point]]:
+    """Consecutive points grouped for one --batch process per kernel: at most `most` points
+    whose inputs and outputs (one kernel's) take at most limit_bytes (a larger point alone)."""
+    chunks: list[list[Point]] = []
+    cur: list[Point] = []
+    used = 0.0
+    for pt in order:
+        b = sizes[pt][0] + sizes[pt][1]
+        if cur and (used + b > limit_bytes or len(cur) >= most):
+            chunks.append(cur)
+            cur, used = [], 0.0
+        cur.append(pt)
+        used += b
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+BATCH_LINE = re.compile(r"@kdtr-batch i=(\d+) rc=(-?\d+) s=([0-9.eE+-]+) msg=(.*)")
+
+
+def run_batch(binary: Path, pairs: list[tuple[Path, Path]], backend: str, kernel: str, repeat: int):
+    """One `--batch --repeat` process over (input, output) pairs; per pair (median ms, min ms,
+    kernel name, out[:1], lse[:1]) or an error string ("exit 3: ..." where the kernel does
+    not apply). Outputs are deleted once read."""
+    cmd = [str(binary), "--batch", "--backend", backend, "--repeat", str(repeat)]
+    if backend == "cuda" and kernel != "auto":
+        cmd += ["--kernel", kernel]
+    for inp, out in pairs:
+        cmd += ["--input", str(inp), "--output", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    res: list = [None] * len(pairs)
+    timing = None
+    for line in r.stdout.splitlines():
+        mt = TIMING.search(line)
+        if mt:
+            timing = mt
+            continue
+        mb = BATCH_LINE.search(line)
+        if not mb:
+            continue
+        i, rc, msg = int(mb.group(1)), int(mb.group(2)), mb.group(4).strip()
+        if not 0 <= i < len(pairs):
+            continue
+        if rc != 0:
+            res[i] = f"exit {rc}: {msg}"
+        elif timing is None:
+            res[i] = "no timing line"
+        else:
+            with kdtr.load(pairs[i][1], verify=False) as f:
+                res[i] = (float(timing.group(3)) / 1e3, float(timing.group(4)) / 1e3, str(f.metadata.get("kernel", "?")),
+                          np.array(f.tensors["out"][:1]), np.array(f.tensors["lse"][:1]))
+        timing = None
+    err = (r.stderr.strip().splitlines() or [""])[-1]
+    for i in range(len(pairs)):
+        pairs[i][1].unlink(missing_ok=True)
+        if res[i] is None:
+            res[i] = f"exit {r.returncode}: not run, the batch ended: {err}"
+    return res
+
+
+def pick_tmpdir(explicit: str | None, need: float) -> str | None:
+    if explicit:
+        return explicit
+    shm = Path("/dev/shm")
+    try:
+        if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > need + (1 << 30):
+            return str(shm)
+    except OSError:
+        pass
+    return None
+
+
+def agreement(ref: tuple[np.ndarray, np.ndarray] | None, out0: np.ndarray, lse0: np.ndarray) -> str:
+    """Max abs difference of request 0's out / lse against the first kernel's; '' for the first."""
+    if not (np.isfinite(out0).all() and np.isfinite(lse0).all()):
+        return "NON-FINITE output"
+    if ref is None:
+        return "reference"
+    ro, rl = ref
+    return f"{float(np.abs(out0.astype(np.float64) - ro).max()):.1e} / {float(np.abs(lse0.astype(np.float64) - rl).max()):.1e}"
+
+
+def sweep(args, gpu: str) -> int:
+    prefixes, batches, ts = ints(args.sweep_prefix), ints(args.sweep_batch), ints(args.sweep_t)
+    H, Dqk, d_v = args.heads, args.dqk, args.dv
+    kernels = [k.strip() for k in args.sweep_kernels.split(",") if k.strip()]
+    if args.binary_backend == "cpu":
+        kernels = ["auto"]
+    print(f"verify_attn sweep on {gpu}: prefix_len {prefixes} x B {batches} x T {ts}, H={H} Dqk={Dqk} d_v={d_v} bf16, "
+          f"kernels {', '.join(kernels)}; {len(prefixes) * len(batches) * len(ts)} points per kernel")
+    ceil = get_ceilings(args)
+    mm, cp = ceil["matmul_bf16_tflops"], ceil["copy_gbs"]
+    ridge = mm * 1e12 / (cp * 1e9)
+    points = [Point(p, b, t) for p in prefixes for b in batches for t in ts]
+    est = {pt: point_estimate(pt, len(kernels), mm, args) for pt in points}
+    sizes = {pt: point_sizes(pt, H, Dqk, d_v) for pt in points}
+    order = sorted(points, key=lambda pt: est[pt])  # cheap first: a budget cut drops the largest
+    chunks = make_chunks(order, sizes, args.sweep_chunk_gb * 1e9, args.sweep_chunk)
+    chunk_est = [sum(est[pt] for pt in ch) + len(kernels) * EST["start_s"] for ch in chunks]
+    total = sum(chunk_est)
+    gen_s = sum(sz[0] for sz in sizes.values()) / EST["gen_Bps"]
+    io_s = len(kernels) * (len(chunks) * EST["start_s"]
+                           + sum(sz[0] / EST["load_Bps"] + sz[1] / EST["out_Bps"] for sz in sizes.values()))
+    print(f"estimated time: {total:.0f} s ({len(points)} points x {len(kernels)} kernels in {len(chunks)} batches per "
+          f"kernel: inputs ~{gen_s:.0f} s, binary starts + I/O ~{io_s:.0f} s, kernel runs ~{total - gen_s - io_s:.0f} s; "
+          f"assuming {EST['share']:.0%} of the bf16 ceiling, {EST['gen_Bps'] / 1e9:.1f} GB/s to write inputs, "
+          f"{EST['load_Bps'] / 1e9:.1f} GB/s to load them, {EST['out_Bps'] / 1e9:.1f} GB/s for outputs, "
+          f"{EST['start_s']} s per binary start)" + (f"; time budget {args.time_budget:.0f} s" if args.time_budget else ""),
+          flush=True)
+    if args.estimate_only:
+        return 0
+    need = max(sum(sizes[pt][0] + sizes[pt][1] for pt in ch) for ch in chunks)
+    t_start = time.monotonic()
+    rng = np.random.default_rng(args.seed)
+    pool = bf16_pool(args.seed)
+    flat_q = tiled(pool, max(batches) * max(ts) * H * Dqk, 1237)
+    flat_kv = tiled(pool, max(batches) * (max(prefixes) + max(ts)) * Dqk, 0)
+    del pool
+    vis_by_t = {t: np.stack([visibility(tree_parents(rng, t - 1, args.tree), t) for _ in range(max(batches))])
+                for t in sorted(set(ts))}
+    setup_s = time.monotonic() - t_start
+    print(f"random q and KV buffers ({(flat_q.nbytes + flat_kv.nbytes) / 1e9:.2f} GB) and trees: {setup_s:.1f} s")
+
+    results: dict[tuple[Point, str], dict] = {}
+    dropped: dict[str, str] = {}
+    errors: list[str] = []
+    done_est = done_real = 0.0
+    cut = None
+    base = pick_tmpdir(args.tmpdir, need)
+    with tempfile.TemporaryDirectory(prefix="kdtr_sweep.", dir=base) as td:
+        tmp = Path(td)
+        print(f"temporary files in {tmp} (largest batch: {need / 1e9:.2f} GB of inputs + outputs)", flush=True)
+        n_done = 0
+        for ci, chunk in enumerate(chunks):
+            ratio = done_real / done_est if done_est > 0 else 1.0
+            elapsed = time.monotonic() - t_start
+            if args.time_budget and elapsed + chunk_est[ci] * ratio > args.time_budget:
+                cut = (n_done, elapsed)
+                break
+            live = [k for k in kernels if k not in dropped]
+            if not live:
+                break
+            t0 = time.monotonic()
+            info = {}
+            for j, pt in enumerate(chunk):
+                x = sweep_inputs(pt, H, Dqk, d_v, flat_q, flat_kv, vis_by_t[pt.T])
+                c = counts(x)
+                golden = tmp / f"point{j}.kdtr"
+                kdtr.save(golden, {f"input.{k}": v for k, v in x.items()},
+                          {"op": "verify_attn", "config": f"sweep_p{pt.prefix}_b{pt.B}_t{pt.T}"})
+                del x
+                info[pt] = (golden, c["qk_flop"] + c["pv_flop"], c["bytes"])
+            repeat = min(point_repeat(sizes[pt][2], mm, args) for pt in chunk)
+            refs: dict[Point, tuple[np.ndarray, np.ndarray]] = {}
+            lines: dict[Point, list[str]] = {pt: [] for pt in chunk}
+            for kern in live:
+                pairs = [(info[pt][0], tmp / f"out{j}.kdtr") for j, pt in enumerate(chunk)]
+                res = run_batch(Path(args.bin), pairs, args.binary_backend, kern, repeat)
+                for pt, r in zip(chunk, res):
+                    if isinstance(r, str):
+                        msg = r.splitlines()[0][:240]
+                        if not any(k == kern for (_p, k) in results) and kern not in dropped:
+                            dropped[kern] = msg
+                            print(f"  kernel {kern}: {msg}: dropped from the sweep")
+                        elif kern not in dropped:
+                            errors.append(f"{kern} at prefix {pt.prefix}, B {pt.B}, T {pt.T}: {msg}")
+                            lines[pt].append(f"{kern} {msg}")
+                        continue
+                    ms, ms_min, name, out0, lse0 = r
+                    agree = agreement(refs.get(pt), out0, lse0)
+                    refs.setdefault(pt, (out0.astype(np.float64), lse0.astype(np.float64)))
+                    _g, flop, nbytes = info[pt]
+                    results[(pt, kern)] = {"ms": ms, "min": ms_min, "name": name, "flop": flop, "bytes": nbytes,
+                                           "repeat": repeat, "agree": agree}
+                    lines[pt].append(f"{kern} {ms:.4g} ms {flop / (ms * 1e-3) / 1e12:.1f} TFLOP/s")
+            for g, _f, _b in info.values():
+                g.unlink(missing_ok=True)
+            real = time.monotonic() - t0
+            done_est += chunk_est[ci]
+            done_real += real
+            n_done += len(chunk)
+            left = sum(chunk_est[ci + 1 :]) * (done_real / done_est)
+            for pt in chunk:
+                print(f"  prefix {pt.prefix} B {pt.B} T {pt.T}: " + "; ".join(lines[pt]))
+            print(f"[batch {ci + 1}/{len(chunks)}: {len(chunk)} points, repeat {repeat}, {real:.1f} s; "
+                  f"{n_done}/{len(points)} points, elapsed {time.monotonic() - t_start:.0f} s, ~{left:.0f} s left]",
+                  flush=True)
+
+    elapsed = time.monotonic() - t_start
+    run_kernels = [k for k in kernels if any(kk == k for (_p, kk) in results)]
+    head = ["prefix_len", "B", "T", "kernel", "ms", "TFLOP/s", "% bf16 matmul", "min MB", "GB/s", "% copy",
+            "FLOP/B", "bound", "target", "64-row tiles", f"vs {run_kernels[0] if run_kernels else '-'}: max abs diff "
+            "out / lse (request 0)"]
+    rows = []
+    summary: dict[str, dict[str, list]] = {k: {"compute": [], "memory": [], "share": []} for k in run_kernels}
+    for pt in points:
+        for kern in run_kernels:
+            r = results.get((pt, kern))
+            if r is None:
+                continue
+            tflops = r["flop"] / (r["ms"] * 1e-3) / 1e12
+            gbs = r["bytes"] / (r["ms"] * 1e-3) / 1e9
+            share, cshare = tflops / mm, gbs / cp
+            intensity = r["flop"] / r["bytes"]
+            fam = kernel_family(r["name"]) if kern == "auto" else kern
+            if intensity < ridge:
+                bound, ok = "memory", cshare >= COPY_TARGET
+                tgt = f">= {100 * COPY_TARGET:.0f}% copy: {'met' if ok else 'missed'}"
+                summary[kern]["memory"].append(ok)
+            else:
+                bound = "compute"
+                tgt = target_text(fam, share)
+                if fam in KERNEL_TARGETS:
+                    summary[kern]["compute"].append(share >= KERNEL_TARGETS[fam])
+            summary[kern]["share"].append((share, pt))
+            tiles = pt.B * math.ceil(pt.T * H / 64)
+            rows.append([str(pt.prefix), str(pt.B), str(pt.T), r["name"], f"{r['ms']:.4g}", f"{tflops:.1f}",
+                         f"{100 * share:.1f}%", f"{r['bytes'] / 1e6:.1f}", f"{gbs:.0f}", f"{100 * cshare:.1f}%",
+                         f"{intensity:.0f}", bound, tgt, str(tiles), r["agree"]])
+    table = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    notes = [
+        f"Sweep: prefix_len {prefixes} x B {batches} x T {ts} ({len(points)} points), H={H}, Dqk={Dqk}, d_v={d_v}, "
+        f"bf16, full random trees (tree_len = T for every request), inputs |x| in [0.25, 2). ms: median of the "
+        f"binary's `--repeat` device-event timings (repeat chosen per point for about {args.sweep_seconds} s of timed "
+        f"runs, {args.sweep_min_repeat}..{args.sweep_max_repeat}). TFLOP/s counts visible (row, key) pairs; GB/s "
+        f"and FLOP/B use the minimum bytes. " + ceiling_note(args, ceil) + f" Ridge point {ridge:.0f} FLOP/B "
+        f"(bf16 matmul / copy): below it a point is memory-bound (target >= {100 * COPY_TARGET:.0f}% of the copy "
+        "rate), else compute-bound (targets of issue 14: wgmma >= 60%, mma >= 45% of the bf16 matmul ceiling). "
+        "64-row tiles: B x ceil(T H / 64), the work units of a 64-row block (132 SMs on an H200).",
+    ]
+    for k in run_kernels:
+        sm = summary[k]
+        shares = sorted(sm["share"], key=lambda v: v[0])
+        if not shares:
+            continue
+        med = statistics.median(v[0] for v in shares)
+        lo, hi = shares[0], shares[-1]
+        parts = [f"`{k}`: {len(shares)} points, median {100 * med:.1f}% of the bf16 matmul ceiling "
+                 f"(lowest {100 * lo[0]:.1f}% at prefix {lo[1].prefix}, B {lo[1].B}, T {lo[1].T}; highest "
+                 f"{100 * hi[0]:.1f}% at prefix {hi[1].prefix}, B {hi[1].B}, T {hi[1].T})"]
+        if sm["compute"]:
+            parts.append(f"compute-bound target met at {sum(sm['compute'])} of {len(sm['compute'])}")
+        if sm["memory"]:
+            parts.append(f"memory-bound target met at {sum(sm['memory'])} of {len(sm['memory'])}")
+        notes.append("; ".join(parts) + ".")
+    for k, msg in dropped.items():
+        notes.append(f"`--kernel {k}` not run: {msg}.")
+    if errors:
+        notes.append("Errors: " + "; ".join(errors) + ".")
+    if cut is not None:
+        notes.append(f"Time budget {args.time_budget:.0f} s: stopped after {cut[0]} of {len(points)} points "
+                     f"({cut[1]:.0f} s; points run cheapest first, so the largest are missing).")
+    notes.append(f"Wall time {elapsed:.0f} s (estimated beforehand: {total:.0f} s).")
+    text = "\n".join(table) + "\n\n" + "\n\n".join(notes) + "\n"
+    print("\n" + text)
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write(header("verify_attn sweep: kernels over prefix_len x B x T", gpu, commit_id(args.commit)) + text)
+    return 1 if errors or not results else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "kdtr_verify_attn"))
+    ap.add_argument("--dtypes", default="bf16,fp32")
+    ap.add_argument("--kernels-bf16", default="wgmma,mma", help="binary --kernel values timed on bf16 inputs")
+    ap.add_argument("--kernels-fp32", default="simt", help="... on fp32 inputs (mma and wgmma never apply)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--prefix", type=int, default=4096)
+    ap.add_argument("--slots", type=int, default=65, help="T = node_count + 1")
+    ap.add_argument("--heads", type=int, default=64)
+    ap.add_argument("--dqk", type=int, default=576)
+    ap.add_argument("--dv", type=int, default=512)
+    ap.add_argument("--tree", choices=["random", "chain"], default="random")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=50, help="binary --repeat")
+    ap.add_argument("--iters", type=int, default=30, help="timed runs for torch (SDPA, ceilings)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--matmul-n", type=int, default=8192)
+    ap.add_argument("--copy-bytes", type=int, default=2 << 30)
+    ap.add_argument("--ceilings", help="BF16_TFLOPS,FP32_TFLOPS,COPY_GBS: use these instead of measuring")
+    ap.add_argument("--device", default="cuda", help="torch device; 'cpu' (with --binary-backend cpu) is a dry run")
+    ap.add_argument("--binary-backend", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--commit", help="the commit to name in --out (default $KDTR_COMMIT, else git HEAD)")
+    ap.add_argument("--out", help="append the table (with command, date, GPU, commit) to this Markdown file")
+    sw = ap.add_argument_group("sweep")
+    sw.add_argument("--sweep", action="store_true", help="time the bf16 kernels over a grid instead of the K2 table")
+    sw.add_argument("--sweep-kernels", default="wgmma,mma")
+    sw.add_argument("--sweep-prefix", default="1024,2048,4096,8192,16384,32768")
+    sw.add_argument("--sweep-batch", default="1,4,16,64")
+    sw.add_argument("--sweep-t", default="9,33,65,129")
+    sw.add_argument("--sweep-seconds", type=float, default=0.25, help="timed runs per point and kernel, about")
+    sw.add_argument("--sweep-min-repeat", type=int, default=5)
+    sw.add_argument("--sweep-max-repeat", type=int, default=100)
+    sw.add_argument("--time-budget", type=float, default=0.0, help="seconds; 0: none")
+    sw.add_argument("--sweep-chunk", type=int, default=8, help="points per --batch process (one per kernel)")
+    sw.add_argument("--sweep-chunk-gb", type=float, default=8.0, help="inputs + outputs of one batch, at most")
+    sw.add_argument("--estimate-only", action="store_true", help="print the sweep's time estimate and exit")
+    sw.add_argument("--tmpdir", help="where the per-point files go (default /dev/shm where it has room)")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore", category=UserWarning)  # SDPA explains each backend it skips
+    gpu = gpu_name(args.device)
+    if args.sweep:
+        return sweep(args, gpu)
+    prob = Problem(args.batch, args.slots, args.heads, args.dqk, args.dv, args.prefix, args.tree, args.seed)
+    return k2_table(args, prob, gpu)
 
 
 if __name__ == "__main__":
