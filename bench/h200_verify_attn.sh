@@ -1,66 +1,150 @@
 #!/usr/bin/env bash
-# verify_attn on the H200 device machine, in one call: build (nvcc, sm_90), SASS summary,
-# conformance of every verify_attn golden on both backends, the edge-case check on every
-# kernel, the K2 benchmark, then compute-sanitizer (memcheck on every golden, racecheck
-# and initcheck on small and K2 goldens, both kernels).  Logs go to $OUT (default
-# ./h200-out); extra bench arguments: BENCH_ARGS.  Needs python3 with torch, numpy,
-# ml_dtypes, click, rich; construct comes as a wheel in .whl/ (see docs/conformance.md).
+# verify_attn on the H200 device machine, in one call (issue 14: CUDA kernels simt, mma and
+# the Hopper wgmma).  Steps (KDTR_STEPS, default "build check bench sanitize sweep"):
+#   build     make -O (output kept per target) with NVCCFLAGS="-O2 -Xptxas -v" (MAKE_ARGS
+#             appended): kdtr_check, kdtr_verify_attn, kdtr_greedy_step; then the SASS summary
+#             of kdtr_verify_attn per kernel and arch (tools/sass_summary.py: HGMMA, HMMA,
+#             LDSM, FFMA, LDL/STL, BAR, UTMALDG, registers, stack, spills from the ptxas log)
+#   check     `kdtr run` on the verify_attn and greedy_step goldens (--require-backend cuda);
+#             tools/va_check.py: every verify_attn and greedy_step golden through --kernel
+#             auto, simt, mma and wgmma, judged by the goldens' contracts (auto and simt must
+#             run; mma / wgmma exit 3 where they do not apply: NOT_SUPPORTED); the edge-case
+#             check bench/check_verify_attn.py; tests/test_sass_summary.py against a real
+#             cuobjdump and nvcc
+#   bench     bench/bench_verify_attn.py: the K2 table, every kernel, torch SDPA (BENCH_ARGS)
+#   sanitize  compute-sanitizer (SANITIZER_TOOLS, default memcheck initcheck) on
+#             kdtr_verify_attn --kernel wgmma and --kernel mma, every bf16 verify_attn golden
+#             (SANITIZER_JOBS at a time, default 4)
+#   sweep     bench/bench_verify_attn.py --sweep (SWEEP_ARGS), its --time-budget set so that
+#             the script ends about KDTR_DEADLINE seconds (default 450) after it started
+# Files in $OUT (default ./h200-out): build.log check.log bench.md bench.log sanitizer.log
+# summary.txt; the summary is printed at the end.  KDTR_COMMIT (the commit the working tree
+# is at) is written into bench.md.  Needs python3 with torch, numpy, ml_dtypes, click,
+# rich, pytest; wheels of what lacks come in .whl/ (tools/h200_env.sh), the CUTLASS wheel
+# for the wgmma kernel in .cache/cutlass/ (Makefile, "The Hopper kernel").
 set -uo pipefail
+T0=$(date +%s)
 OUT=${OUT:-h200-out}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c 'import construct' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
-fi
-export COLUMNS=160 PYTHONUNBUFFERED=1
+. "$(dirname "$0")/../tools/h200_env.sh"
+STEPS=${KDTR_STEPS:-build check bench sanitize sweep}
+DEADLINE=${KDTR_DEADLINE:-450}
 BIN=build/bin/kdtr_verify_attn
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+SUM="$OUT/summary.txt"
+: > "$SUM"
+note() { echo "$*" | tee -a "$SUM"; }
 
-{
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-  nvcc --version | tail -2
-  python3 -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)'
-  make -j16 build/bin/kdtr_check "$BIN" 2>&1 || exit 1
-  echo "--- SASS: instructions per kernel (HMMA, LDSM, FFMA, local memory LDL/STL)"
-  cuobjdump --dump-sass "$BIN" | awk '
-    /Function :/ { if (f) printf "%-60s HMMA %5d LDSM %5d FFMA %6d LDL/STL %d\n", f, h, l, m, s; f = $3; h = l = m = s = 0 }
-    /HMMA/ { h++ } /LDSM/ { l++ } /FFMA/ { m++ } /LDL|STL/ { s++ }
-    END { if (f) printf "%-60s HMMA %5d LDSM %5d FFMA %6d LDL/STL %d\n", f, h, l, m, s }' | sed 's/_ZN4kdtr[^ ]*verify_attn_\(simt\|mma\)_kernel/\1/'
-} > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
-tail -15 "$OUT/build.log"
+note "== h200_verify_attn.sh $(date -u '+%Y-%m-%d %H:%M UTC') steps: $STEPS; commit ${KDTR_COMMIT:-unknown}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -2 | tee -a "$SUM"
 
-timeout 200 python3 -m runners.cli run --only verify_attn -j 8 --timeout 120 > "$OUT/run.log" 2>&1
-echo "runner rc=$?"; tail -16 "$OUT/run.log"
+if has build; then
+  t=$(elapsed)
+  {
+    date -u
+    nvcc --version | tail -2
+    python3 -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)'
+    make -j16 -Otarget NVCCFLAGS="-O2 -Xptxas -v" ${MAKE_ARGS:-} build/bin/kdtr_check "$BIN" build/bin/kdtr_greedy_step 2>&1
+    echo "make rc=$?"
+  } > "$OUT/build.log" 2>&1
+  if ! grep -q '^make rc=0$' "$OUT/build.log"; then
+    note "BUILD FAILED (build.log):"; grep -iE 'error|rc=' "$OUT/build.log" | tail -20 | tee -a "$SUM"; exit 1
+  fi
+  grep -E '^cutlass:' "$OUT/build.log" | sort -u | tee -a "$SUM"
+  { echo; echo "--- SASS per kernel (tools/sass_summary.py $BIN --ptxas-log build.log)"; } >> "$OUT/build.log"
+  python3 tools/sass_summary.py "$BIN" --ptxas-log "$OUT/build.log" --md > /tmp/kdtr_sass.md 2>&1
+  cat /tmp/kdtr_sass.md >> "$OUT/build.log"
+  note "build: $(( $(elapsed) - t )) s; SASS of $BIN:"
+  tee -a "$SUM" < /tmp/kdtr_sass.md
+fi
 
-timeout 200 python3 bench/check_verify_attn.py --bin "$BIN" > "$OUT/check.log" 2>&1
-echo "check rc=$?"; grep -v '^PASS\|^SKIP' "$OUT/check.log" | tail -20
+if has check; then
+  t=$(elapsed)
+  : > "$OUT/check.log"
+  echo "=== kdtr run --only verify_attn --only greedy_step --require-backend cuda" >> "$OUT/check.log"
+  timeout 300 python3 -m runners.cli run --only verify_attn --only greedy_step -j 8 --timeout 300 \
+    --require-backend cuda >> "$OUT/check.log" 2>&1
+  note "kdtr run rc=$?: $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$OUT/check.log" | tail -1)"
+  echo "=== tools/va_check.py --backend cuda (every golden x --kernel auto simt mma wgmma)" >> "$OUT/check.log"
+  timeout 400 python3 tools/va_check.py --backend cuda --require-kernel auto --require-kernel simt \
+    > /tmp/kdtr_va.log 2>&1
+  rc=$?
+  cat /tmp/kdtr_va.log >> "$OUT/check.log"
+  note "va_check rc=$rc: $(tail -1 /tmp/kdtr_va.log)"
+  grep -E '^FAIL ' /tmp/kdtr_va.log | cut -c1-300 | head -30 | tee -a "$SUM"
+  note "va_check NOT_SUPPORTED by kernel (exit 3: f32 goldens for mma / wgmma):" \
+    "$(grep -E '^NOT_SUPPORTED ' /tmp/kdtr_va.log | grep -oE 'kernel=[a-z]+' | sort | uniq -c | tr -s ' \n' ' ')"
+  grep -E '^NOT_SUPPORTED .*; bf16 q' /tmp/kdtr_va.log | cut -c1-300 | head -20 | tee -a "$SUM"
+  grep -E '^SKIP ' /tmp/kdtr_va.log | head -3 | tee -a "$SUM"
+  note "va_check auto ran: $(grep -E '^PASS .* kernel=auto ' /tmp/kdtr_va.log | grep -oE 'ran=[a-z0-9_]+' | sort | uniq -c | tr -s ' \n' ' ')"
+  echo "=== bench/check_verify_attn.py" >> "$OUT/check.log"
+  timeout 300 python3 bench/check_verify_attn.py --bin "$BIN" > /tmp/kdtr_cva.log 2>&1
+  rc=$?
+  cat /tmp/kdtr_cva.log >> "$OUT/check.log"
+  note "check_verify_attn rc=$rc: $(tail -1 /tmp/kdtr_cva.log)"
+  grep -vE '^(PASS|SKIP)' /tmp/kdtr_cva.log | grep -v '^failures' | cut -c1-300 | head -20 | tee -a "$SUM"
+  echo "=== pytest tests/test_sass_summary.py (real nvcc + cuobjdump)" >> "$OUT/check.log"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_sass_summary.py >> "$OUT/check.log" 2>&1
+  note "test_sass_summary rc=$?: $(grep -E 'passed|failed|error' "$OUT/check.log" | tail -1)"
+  note "check: $(( $(elapsed) - t )) s"
+fi
 
-timeout 240 python3 bench/bench_verify_attn.py --bin "$BIN" --out "$OUT/bench.md" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
-echo "bench rc=$?"; grep -v '^|' "$OUT/bench.log" | tail -30; grep '^|' "$OUT/bench.log"
+if has bench; then
+  t=$(elapsed)
+  echo "=== K2 table: bench/bench_verify_attn.py ${BENCH_ARGS:-}" >> "$OUT/bench.log"
+  timeout 300 python3 bench/bench_verify_attn.py --bin "$BIN" --out "$OUT/bench.md" ${BENCH_ARGS:-} >> "$OUT/bench.log" 2>&1
+  note "bench (K2) rc=$?: $(( $(elapsed) - t )) s"
+  awk '/^=== K2 table/ { on = 1 } on' "$OUT/bench.log" | grep -E '^\| (dtype|bf16|fp32) |^Not run|^  kernel' | cut -c1-400 | tee -a "$SUM"
+fi
 
-: > "$OUT/sanitizer.log"
-fails=0
-san() {  # tool golden kernel
-  local extra=""
-  [ "$1" = memcheck ] && extra="--leak-check full"
-  local line
-  line=$(timeout 120 compute-sanitizer --tool "$1" $extra --error-exitcode 99 "$BIN" --input "$2" --output /tmp/san.kdtr \
-           --backend cuda --kernel "$3" 2>&1 | tail -1)
-  local rc=${PIPESTATUS[0]}
-  echo "$1 $(basename "$2" .kdtr) $3 rc=$rc :: $line" >> "$OUT/sanitizer.log"
-  [ "$rc" = 0 ] || [ "$rc" = 3 ] || fails=$((fails + 1))
-}
-G=golden/verify_attn
-for g in $G/*.kdtr; do san memcheck "$g" auto; done
-san memcheck $G/small_bf16.kdtr simt
-san memcheck $G/k2_dims_bf16.kdtr simt
-san racecheck $G/small_bf16.kdtr auto
-san racecheck $G/k2_dims_bf16.kdtr auto
-san racecheck $G/k2_dims_bf16.kdtr simt
-san racecheck $G/ragged.kdtr auto
-san initcheck $G/k2_dims_bf16.kdtr auto
-san initcheck $G/k2_dims_fp32.kdtr auto
-echo "sanitizer failures: $fails" >> "$OUT/sanitizer.log"
-cat "$OUT/sanitizer.log"
+if has sanitize; then
+  t=$(elapsed)
+  san_one() {  # tool golden kernel -> /tmp/kdtr_san/<tool>.<kernel>.<golden>.txt
+    local extra="" rc tag
+    tag="/tmp/kdtr_san/$1.$3.$(basename "$2" .kdtr)"
+    [ "$1" = memcheck ] && extra="--leak-check full"
+    timeout 300 compute-sanitizer --tool "$1" $extra --error-exitcode 99 "$BIN" --input "$2" \
+      --output "$tag.kdtr" --backend cuda --kernel "$3" > "$tag.log" 2>&1
+    rc=$?
+    {
+      echo "$1 $3 $(basename "$2" .kdtr) rc=$rc :: $(tail -1 "$tag.log")"
+      # a failure keeps its first report lines
+      [ "$rc" = 0 ] || [ "$rc" = 3 ] || grep -m 16 -E '=========|kdtr_verify_attn' "$tag.log" | cut -c1-240 | sed 's/^/    /'
+    } > "$tag.txt"
+    rm -f "$tag.kdtr" "$tag.log"
+  }
+  export -f san_one
+  export BIN
+  rm -rf /tmp/kdtr_san && mkdir -p /tmp/kdtr_san
+  goldens=$(python3 -c '
+import glob, kdtr
+print(" ".join(g for g in sorted(glob.glob("golden/verify_attn/*.kdtr")) if kdtr.load(g, verify=False).metadata.get("dtype") == "bf16"))')
+  for tool in ${SANITIZER_TOOLS:-memcheck initcheck}; do
+    for k in wgmma mma; do
+      for g in $goldens; do echo "$tool $g $k"; done
+    done
+  done | xargs -P "${SANITIZER_JOBS:-4}" -n 3 bash -c 'san_one "$0" "$1" "$2"'
+  cat /tmp/kdtr_san/*.txt > "$OUT/sanitizer.log" 2>/dev/null
+  runs=$(grep -cE '^[a-z]+ [a-z]+ [^ ]+ rc=' "$OUT/sanitizer.log")
+  fails=$(grep -E '^[a-z]+ [a-z]+ [^ ]+ rc=' "$OUT/sanitizer.log" | grep -cvE ' rc=(0|3) ')
+  ns=$(grep -cE '^[a-z]+ [a-z]+ [^ ]+ rc=3 ' "$OUT/sanitizer.log")
+  echo "sanitizer failures: $fails of $runs runs (rc=3, kernel not applicable or not built: $ns)" >> "$OUT/sanitizer.log"
+  note "sanitize: $(( $(elapsed) - t )) s; $(tail -1 "$OUT/sanitizer.log")"
+  grep -vE ' rc=0 ' "$OUT/sanitizer.log" | grep -v '^sanitizer failures' | cut -c1-300 | head -20 | tee -a "$SUM"
+fi
+
+if has sweep; then
+  t=$(elapsed)
+  budget=$(( DEADLINE - t - 15 ))
+  if [ "$budget" -lt 30 ]; then
+    note "sweep: skipped, $budget s left before KDTR_DEADLINE=$DEADLINE"
+  else
+    echo "=== sweep: bench/bench_verify_attn.py --sweep --time-budget $budget ${SWEEP_ARGS:-}" >> "$OUT/bench.log"
+    timeout $(( budget + 90 )) python3 bench/bench_verify_attn.py --sweep --bin "$BIN" --time-budget "$budget" \
+      --out "$OUT/bench.md" ${SWEEP_ARGS:-} >> "$OUT/bench.log" 2>&1
+    note "sweep rc=$?: $(( $(elapsed) - t )) s (budget $budget s)"
+    awk '/^=== sweep/ { on = 1 } on' "$OUT/bench.log" | grep -E '^estimated time|^`(wgmma|mma|auto|simt)`|^`--kernel|^Time budget|^Wall time|^Errors' | cut -c1-500 | tee -a "$SUM"
+  fi
+fi
+note "total: $(elapsed) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
