@@ -53,9 +53,18 @@ constexpr int kDQK = 576;         // key dims the shared-memory tiles hold (Dqk 
 constexpr int kDV = 512;          // value columns the kernel computes (d_v <= this)
 constexpr int kSlabs = kDQK / 64; // 64-dim slabs of a tile
 constexpr int kKSteps = kDQK / 16;
-constexpr int kKHalf = kKSteps / 2;  // S accumulates k-steps [0, kKHalf) and the rest apart
+#ifndef KDTR_WGMMA_ONE_CHAIN
+#define KDTR_WGMMA_ONE_CHAIN 0
+#endif
+constexpr int kKHalf = KDTR_WGMMA_ONE_CHAIN ? kKSteps : kKSteps / 2;  // S accumulates k-steps [0, kKHalf) and the rest apart
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFull = 0xffffffffu;
+
+// P V of tile j left running while tile j+1's Q K^T is issued (1), or waited for at the end
+// of its iteration (0); docs/ops/verify_attn.md compares the two.
+#ifndef KDTR_WGMMA_OVERLAP
+#define KDTR_WGMMA_OVERLAP 1
+#endif
 
 // Shared-memory layouts: K-major with the 128-byte swizzle (GMMA's canonical layout),
 // 64-dim slabs of 64 rows contiguous (8 KB each).
@@ -106,6 +115,15 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
 // Named barrier over the 256 threads (ids 1..: 0 is __syncthreads).
 __device__ __forceinline__ void sync_threads_named(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
+// Byte offset of element (row, col) in a shared-memory tile of layout `layout` (a
+// swizzled GMMA layout): CuTe applies the swizzle to the byte address (tiles are
+// 1024-byte aligned), so the offset is the swizzle of the unswizzled byte offset.
+template <class Layout>
+__device__ __forceinline__ uint32_t smem_byte_offset(const Layout& layout, int row, int col) {
+  const uint32_t byte = 2u * static_cast<uint32_t>(layout.layout_b()(row, col));
+  return static_cast<uint32_t>(layout.layout_a()(byte));
 }
 
 // Two bf16 in a word, each NaN or +-inf (exponent all ones) replaced by +0.
@@ -198,8 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint16_t* const kv_req = kv + static_cast<int64_t>(b) * S * Dqk;
 
   const uint32_t sQ_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(sm.q));
-  const uint32_t sKV_u32[2] = {static_cast<uint32_t>(__cvta_generic_to_shared(sm.kv[0])),
-                               static_cast<uint32_t>(__cvta_generic_to_shared(sm.kv[1]))};
+  const uint32_t sKV0_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(sm.kv[0]));  // buffer b at + b * kKVBytes
   const SmemLayoutQ layout_q{};
   const SmemLayoutKV layout_kv{};
 
@@ -226,9 +243,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto load_tile = [&](int tile, int buf) {
     const int p0 = tile * kBN;
     if (p0 + kBN <= L) {
-      if (tid == 0) {
+      // Lane 0 of warp w issues slabs w, w + 8, ...: the issue cost is spread over the
+      // warps instead of delaying warp 0's next Q K^T.
+      if (lane == 0) {
         auto cta_tma = tma_kv.get_slice(Int<0>{});
-        for (int s = 0; s < nslab; ++s) {
+        for (int s = tid >> 5; s < nslab; s += kThreads / 32) {
           Tensor g_slab = local_tile(mKV(_, _, b), Shape<Int<kBN>, _64>{}, make_coord(tile, s));
           Tensor s_slab = make_tensor(make_smem_ptr(reinterpret_cast<bf16*>(sm.kv[buf] + s * kSlabBytes)), SmemLayoutSlab{});
           Barrier::arrive_and_expect_tx(&sm.full[buf][s], kSlabBytes);
@@ -239,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int idx = tid; idx < kBN * nslab * 8; idx += kThreads) {
         const int row = idx / (nslab * 8), ch = idx - row * (nslab * 8);
         const bool ok = p0 + row < L && ch < dchunks;
-        const uint32_t dst = sKV_u32[buf] + 2u * static_cast<uint32_t>(layout_kv(row, ch * 8));
+        const uint32_t dst = sKV0_u32 + static_cast<uint32_t>(buf * kKVBytes) + smem_byte_offset(layout_kv, row, ch * 8);
         cp_async16(dst, ok ? kv_req + static_cast<int64_t>(p0 + row) * Dqk + ch * 8 : kv, ok);
       }
       cp_async_commit();
@@ -250,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int idx = tid; idx < kBM * (kDQK / 8); idx += kThreads) {
     const int row = idx / (kDQK / 8), ch = idx - row * (kDQK / 8);
     const bool ok = m0 + row < valid_rows && ch < dchunks;
-    const uint32_t dst = sQ_u32 + 2u * static_cast<uint32_t>(layout_q(row, ch * 8));
+    const uint32_t dst = sQ_u32 + smem_byte_offset(layout_q, row, ch * 8);
     cp_async16(dst, ok ? q_req + static_cast<int64_t>(m0 + row) * Dqk + ch * 8 : q, ok);
   }
   cp_async_commit();
@@ -360,6 +379,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (raw_nonfinite) sm.nonfinite = j + 1;
     sync_threads_named(2);  // both halves of the row max and the non-finite flag written; S done reading K
+#if KDTR_WGMMA_OVERLAP
+    // Both warpgroups are past P V of tile j-1 (it completed with this tile's Q K^T): its
+    // buffer takes tile j+1 (tiles 0 and 1 came in the prologue).
+    if (j >= 1 && j + 1 < ntiles) load_tile(j + 1, buf ^ 1);
+#endif
     // A non-finite raw score anywhere in the block: the tile's non-finite elements become
     // 0 before P V reads it (a key of weight 0 contributes nothing, not 0 * inf).
     if (sm.nonfinite == j + 1) {
@@ -399,13 +423,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     sync_threads_named(3);  // P complete (both halves), the cleaned tile visible
 
     // O *= alpha (per row), then O[:, this half] += P V.
+    // (Skipped when every row of the warp keeps its max: alpha == 1 exactly; a NaN alpha
+    // is != 1 and still multiplies.)
+    if (__any_sync(kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < size(rO); ++i) rO(i) *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < size(rO); ++i) rO(i) *= alpha[(i >> 1) & 1];
+    }
     wg_gemm<0, kBN / 16, false>(mma_pv, tOrP, tOrV, rO);
+#if KDTR_WGMMA_OVERLAP
+    // P V runs on while the next tile's Q K^T is issued behind it; the wait there covers both.
+  }
+  warpgroup_wait<0>();
+#else
     warpgroup_wait<0>();
     sync_threads_named(4);  // both warpgroups done with this buffer and with sP
     if (j + 2 < ntiles) load_tile(j + 2, buf);
   }
+#endif
 
   // Epilogue: full row sums (quad, then the other warpgroup), out = O / l, lse = m + log(l).
 #pragma unroll
