@@ -8,13 +8,17 @@
 #                       CPU entries; CPU only without nvcc or with NO_CUDA=1), see below
 #   make clean          remove build/
 #   make deps           (run by `make build`) install ISA-L (libisal-dev) for the CRC-32
-#                       where it is missing and apt-get can: see "CRC-32" below
+#                       where it is missing and apt-get can: see "CRC-32" below,
+#                       and fetch the pinned CUTLASS wheel for the Hopper kernel (CUDA
+#                       build with 90 in CUDA_ARCH): see "The Hopper kernel" below
 #
-# Variables: CUDA_ARCH (default 90; a list such as "90 100" builds for each), NVCC
+# Variables: CUDA_ARCH (default 90; a list such as "90 120" builds for each), NVCC
 # (default nvcc; a name on PATH or a path), NO_CUDA, CXX, CXXFLAGS, NVCCFLAGS, LDFLAGS,
-# BUILD (default build), KDTR_CRC (auto or zlib).  Changing any of them (or switching
-# between the CUDA and the CPU-only build, or ISA-L appearing or going) rebuilds
-# everything; editing a header rebuilds what includes it.
+# BUILD (default build), KDTR_CRC (auto or zlib), CUTLASS_CACHE (default .cache/cutlass),
+# CUTLASS_INCLUDE (a directory holding cute/ and cutlass/, instead of the wheel's).
+# Changing any of them but CUTLASS_CACHE (or switching between the CUDA and the CPU-only
+# build, or ISA-L or the CUTLASS headers appearing or going) rebuilds everything; editing
+# a header rebuilds what includes it.
 #
 # Adding an op: append its name to OPS and provide cuda_tests/tests/test_<op>.cu (the
 # binary's main: host code only, compiled as C++ in both builds, with -DKDTR_NO_CUDA in
@@ -63,15 +67,92 @@ GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 KDTR_CXXFLAGS := -std=c++17 $(CXXFLAGS) -Wall -Wextra $(CRC_FLAGS) $(INCLUDES)
 KDTR_NVCCFLAGS := -std=c++17 $(NVCCFLAGS) $(GENCODE) -Xcompiler=-Wall,-Wextra $(CRC_FLAGS) $(INCLUDES)
 
+# The Hopper kernel (cuda_tests/kernels/verify_attn_sm90.cu: wgmma + TMA, written with
+# CUTLASS/CuTe; kdtr_verify_attn --kernel wgmma).  Built only in the CUDA build with 90
+# (or 90a) in CUDA_ARCH, and only for sm_90a (wgmma exists on no other target): that one
+# translation unit gets -gencode arch=compute_90a,code=sm_90a, whatever else CUDA_ARCH
+# lists.  Its headers: CUTLASS_INCLUDE=DIR if given (DIR/cute, DIR/cutlass; CUTLASS 4.2
+# expected), else the include tree of the pinned pure-Python wheel
+# nvidia-cutlass==$(CUTLASS_VERSION) (sha256 below), extracted by tools/cutlass_headers.py
+# into $(BUILD)/third_party/cutlass-<version>/include without installing the package.
+# The wheel is looked for in CUTLASS_CACHE (offline machines: copy it there); `make deps`
+# (run by `make build`) downloads it there with `pip download --no-deps`, bounded by a
+# timeout and tried once per build directory ($(BUILD)/cutlass.stamp holds the outcome);
+# no other target touches the network.  With the headers, -DKDTR_HAVE_WGMMA=1 goes to
+# every kernel translation unit (verify_attn.cu's dispatcher then offers the kernel) and
+# verify_attn_sm90.o is linked into kdtr_verify_attn, kdtr_greedy_step and
+# libkdtr_kernels.so.  Without them (no network, a wheel with another hash, a
+# CUTLASS_INCLUDE without the headers) one line says why, and everything else is built
+# without the Hopper kernel: never a build failure.  The CPU-only build ignores all this.
+# The headers come in by -isystem: CUTLASS's own warnings are not ours to fix.
+CUTLASS_VERSION := 4.2.0.0
+CUTLASS_SHA256  := f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6
+CUTLASS_WHEEL   := nvidia_cutlass-$(CUTLASS_VERSION)-py3-none-any.whl
+CUTLASS_CACHE   ?= .cache/cutlass
+CUTLASS_INCLUDE ?=
+CUTLASS_HEADERS := $(BUILD)/third_party/cutlass-$(CUTLASS_VERSION)/include
+CUTLASS_STAMP   := $(BUILD)/cutlass.stamp
+CUTLASS_TOOL     = python3 tools/cutlass_headers.py --version $(CUTLASS_VERSION) --sha256 $(CUTLASS_SHA256) \
+                   --cache $(CUTLASS_CACHE) --dest $(CUTLASS_HEADERS)
+cutlass_found = $(and $(wildcard $(1)/cute/tensor.hpp),$(wildcard $(1)/cutlass/cutlass.h))
+
+WGMMA_INC :=
+WGMMA_WHY :=
+WGMMA_FETCH :=
+ifeq ($(VARIANT),cuda)
+ifneq ($(MAKECMDGOALS),clean)
+ifneq ($(filter 90 90a,$(CUDA_ARCH)),)
+ifneq ($(strip $(CUTLASS_INCLUDE)),)
+WGMMA_INC := $(if $(call cutlass_found,$(CUTLASS_INCLUDE)),$(CUTLASS_INCLUDE))
+WGMMA_WHY := CUTLASS_INCLUDE=$(CUTLASS_INCLUDE) holds no cute/tensor.hpp and cutlass/cutlass.h
+else ifneq ($(call cutlass_found,$(CUTLASS_HEADERS)),)
+WGMMA_INC := $(CUTLASS_HEADERS)
+else ifneq ($(wildcard $(CUTLASS_CACHE)/$(CUTLASS_WHEEL)),)
+# the wheel is here (offline is fine): extract it now, so that this very make builds the kernel
+WGMMA_WHY := $(shell $(CUTLASS_TOOL) 2>&1 | tail -n 1)
+ifeq ($(WGMMA_WHY),ok)
+WGMMA_INC := $(CUTLASS_HEADERS)
+endif
+else
+WGMMA_FETCH := 1
+CUTLASS_TRIED := $(shell grep -v '^ok$$' $(CUTLASS_STAMP) 2>/dev/null)
+WGMMA_WHY := $(if $(CUTLASS_TRIED),$(CUTLASS_TRIED) (`make deps` tries once per build directory: remove $(CUTLASS_STAMP) to try again),no $(CUTLASS_CACHE)/$(CUTLASS_WHEEL) (`make build` or `make deps` downloads it; CUTLASS_INCLUDE=DIR uses installed headers))
+endif
+endif
+endif
+endif
+
+ifneq ($(WGMMA_INC),)
+WGMMA := sm_90a
+KDTR_NVCCFLAGS += -DKDTR_HAVE_WGMMA=1
+SM90_NVCCFLAGS := -std=c++17 $(NVCCFLAGS) -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+                  -Xcompiler=-Wall,-Wextra $(INCLUDES) -isystem $(WGMMA_INC) -DKDTR_HAVE_WGMMA=1
+SM90_OBJ := $(OBJ)/kernel_verify_attn_sm90.o
+SM90_PIC_OBJ := $(OBJ)/pic/kernel_verify_attn_sm90.o
+else
+WGMMA := none
+SM90_NVCCFLAGS :=
+SM90_OBJ :=
+SM90_PIC_OBJ :=
+# One line, from the makes that build something (not from the outer `make build`, whose
+# inner make says it after `deps` had its chance).
+ifneq ($(WGMMA_WHY),)
+ifneq ($(filter-out all build test run clean deps venv regen check-goldens mutate,$(MAKECMDGOALS)),)
+$(info cutlass: $(WGMMA_WHY): building without the Hopper verify_attn kernel (--kernel wgmma))
+endif
+endif
+endif
+
 # The build configuration, recorded so that a change of variant, flags or CRC-32
 # implementation rebuilds.
 CONFIG_STAMP := $(BUILD)/config.stamp
-CONFIG := $(VARIANT) | crc32=$(CRC_IMPL) | $(CXX) $(KDTR_CXXFLAGS) | $(NVCC_PATH) $(KDTR_NVCCFLAGS) | $(LDFLAGS) $(LDLIBS)
+CONFIG := $(VARIANT) | crc32=$(CRC_IMPL) | $(CXX) $(KDTR_CXXFLAGS) | $(NVCC_PATH) $(KDTR_NVCCFLAGS) | wgmma=$(WGMMA) $(SM90_NVCCFLAGS) | $(LDFLAGS) $(LDLIBS)
 ifneq ($(MAKECMDGOALS),clean)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG)' ] || printf '%s\n' '$(CONFIG)' > $(CONFIG_STAMP))
 endif
 
 TOOLS := $(BIN)/kdtr_check
+COMMA := ,
 OP_BINS := $(OPS:%=$(BIN)/kdtr_%)
 
 .PHONY: all build binaries deps clean
@@ -80,7 +161,7 @@ all: build
 build: deps
 	@$(MAKE) --no-print-directory binaries
 binaries: $(TOOLS) $(OP_BINS)
-	@echo "built ($(VARIANT), CRC-32 by $(CRC_IMPL)): $(TOOLS) $(OP_BINS)"
+	@echo "built ($(VARIANT), CRC-32 by $(CRC_IMPL)$(if $(filter cuda,$(VARIANT)),$(COMMA) Hopper kernel: $(WGMMA))): $(TOOLS) $(OP_BINS)"
 
 # ISA-L for the CRC-32, where it is missing: as root with apt-get, install libisal-dev
 # (quietly, each apt-get call bounded by a timeout, `apt-get update` first only when the
@@ -88,7 +169,7 @@ binaries: $(TOOLS) $(OP_BINS)
 # or removing it tries again); a failure (no network, not root, no apt-get) only means
 # zlib's crc32, said in one line.
 DEPS_STAMP := $(BUILD)/deps.stamp
-deps: $(DEPS_STAMP)
+deps: $(DEPS_STAMP) $(if $(WGMMA_FETCH),$(if $(CUTLASS_TRIED),,cutlass-fetch))
 $(DEPS_STAMP):
 	@mkdir -p $(@D)
 	@if [ "$(CRC_IMPL)" != isal ] && [ "$(strip $(KDTR_CRC))" != zlib ]; then \
@@ -103,6 +184,17 @@ $(DEPS_STAMP):
 	  fi; \
 	fi
 	@touch $@
+
+# The CUTLASS wheel (see "The Hopper kernel" above), only when its headers are missing,
+# the wheel is not in CUTLASS_CACHE and no earlier attempt failed in this build directory:
+# pip download (at most 120 s), sha256 check, extraction.  The stamp holds "ok" or why
+# not (said by the inner make of `make build`).
+.PHONY: cutlass-fetch
+cutlass-fetch:
+	@mkdir -p $(BUILD)
+	@echo "deps: downloading nvidia-cutlass==$(CUTLASS_VERSION) into $(CUTLASS_CACHE) (CUTLASS headers of the Hopper kernel)"
+	@$(CUTLASS_TOOL) --download --timeout 120 > $(CUTLASS_STAMP).tmp 2>&1; \
+	  tail -n 1 $(CUTLASS_STAMP).tmp > $(CUTLASS_STAMP); rm -f $(CUTLASS_STAMP).tmp
 
 $(BIN) $(OBJ):
 	@mkdir -p $@
@@ -121,6 +213,12 @@ $(OBJ)/test_%.o: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(OBJ)
 $(OBJ)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(OBJ)
 	$(NVCC_PATH) $(KDTR_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
+# The Hopper kernel: sm_90a only, the CUTLASS headers (see above).  Its own rule, so the
+# pattern above never compiles it with the flags of the others.
+$(OBJ)/kernel_verify_attn_sm90.o: cuda_tests/kernels/verify_attn_sm90.cu $(CONFIG_STAMP) | $(OBJ)
+	$(if $(SM90_OBJ),,@echo "$@: no CUTLASS headers ($(WGMMA_WHY))" >&2; exit 1)
+	$(NVCC_PATH) $(SM90_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
 $(OP_BINS): $(BIN)/kdtr_%: $(OBJ)/test_%.o $(OBJ)/kernel_%.o | $(BIN)
 	$(NVCC_PATH) $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS) $(LDLIBS)
 
@@ -128,6 +226,8 @@ $(OP_BINS): $(BIN)/kdtr_%: $(OBJ)/test_%.o $(OBJ)/kernel_%.o | $(BIN)
 # (kernels/greedy_step.cu holds only the glue).  The CPU-only build needs nothing extra:
 # the ops' CPU cores are headers.
 $(BIN)/kdtr_greedy_step: $(OBJ)/kernel_tree_build.o $(OBJ)/kernel_verify_attn.o $(OBJ)/kernel_tree_accept.o
+# and the Hopper kernel goes wherever verify_attn's dispatcher does
+$(BIN)/kdtr_verify_attn $(BIN)/kdtr_greedy_step: $(SM90_OBJ)
 else
 $(OP_BINS): $(BIN)/kdtr_%: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(BIN) $(OBJ)
 	$(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -MMD -MP -MT $@ -MF $(OBJ)/kdtr_$*.d -x c++ $< -x none -o $@ $(LDFLAGS) $(LDLIBS)
@@ -162,10 +262,14 @@ ifeq ($(VARIANT),cuda)
 $(PIC)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(PIC)
 	$(NVCC_PATH) $(KDTR_NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
+$(PIC)/kernel_verify_attn_sm90.o: cuda_tests/kernels/verify_attn_sm90.cu $(CONFIG_STAMP) | $(PIC)
+	$(if $(SM90_OBJ),,@echo "$@: no CUTLASS headers ($(WGMMA_WHY))" >&2; exit 1)
+	$(NVCC_PATH) $(SM90_NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
 $(PIC)/kdtr_kernels.o: $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(PIC)
 	$(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra,-fPIC,-fvisibility=hidden $(INCLUDES) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
-$(KERNELS_LIB): $(PIC)/kdtr_kernels.o $(OPS:%=$(PIC)/kernel_%.o) | $(LIBDIR)
+$(KERNELS_LIB): $(PIC)/kdtr_kernels.o $(OPS:%=$(PIC)/kernel_%.o) $(SM90_PIC_OBJ) | $(LIBDIR)
 	$(NVCC_PATH) -shared $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS)
 else
 $(KERNELS_LIB): $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(LIBDIR) $(PIC)
