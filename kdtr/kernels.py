@@ -60,7 +60,7 @@ _CODE_NAMES = {1: "invalid argument", 2: "not supported", 3: "not built with CUD
                5: "out of memory", 6: "internal error"}
 
 _TREE_BUILD_KERNELS = {"auto": 0, "heap": 1, "select": 2}
-_VERIFY_ATTN_KERNELS = {"auto": 0, "simt": 1, "mma": 2}
+_VERIFY_ATTN_KERNELS = {"auto": 0, "simt": 1, "mma": 2, "wgmma": 3}
 _DTYPE_F32, _DTYPE_BF16 = 0, 1
 _MAX_BUDGET = 2**31 - 2
 
@@ -456,7 +456,9 @@ def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibilit
     """verify_attn (docs/ops/verify_attn.md): q f32|bf16 [B,T,H,Dqk], kv_cache (q's dtype)
     [B,S,Dqk], prefix_len / tree_len i32 [B], visibility u8 [B,T,T], sm_scale (a real
     scalar), d_v (an integer scalar in [1, Dqk]) -> out f32 [B,T,H,d_v], lse f32 [B,T,H].
-    kernel ("auto", "simt", "mma") picks the CUDA kernel; the CPU backend takes "auto"."""
+    kernel ("auto", "simt", "mma", "wgmma") picks the CUDA kernel (wgmma: the Hopper kernel,
+    on compute capability 9.0 with a library built with it, else a KernelError with code
+    ERR_NOT_SUPPORTED); the CPU backend takes "auto"."""
     L = load(lib)
     op = "verify_attn"
     if kernel not in _VERIFY_ATTN_KERNELS:

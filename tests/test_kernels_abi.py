@@ -157,8 +157,11 @@ def test_verify_attn_values_name_the_argument(lib):
     tl[0] = -1
     with pytest.raises(ValueError, match=r"verify_attn: tree_len: request 0: tree_len -1 is outside"):
         kernels.verify_attn(**dict(a, tree_len=tl))
-    with pytest.raises(ValueError, match=r"kernel 'mma' applies to device='cuda' only"):
-        kernels.verify_attn(**a, kernel="mma")
+    for k in ("simt", "mma", "wgmma"):
+        with pytest.raises(ValueError, match=rf"kernel '{k}' applies to device='cuda' only"):
+            kernels.verify_attn(**a, kernel=k)
+    with pytest.raises(ValueError, match=r"verify_attn: kernel must be one of auto, simt, mma, wgmma, not 'tma'"):
+        kernels.verify_attn(**a, kernel="tma")
 
 
 def test_tree_build_and_greedy_step_arguments(lib):
@@ -196,6 +199,12 @@ def test_the_library_checks_too(lib):
     tl[0] = 1
     assert lib.kdtr_verify_attn_cpu(ctypes.byref(v)) == kernels.OK
     assert lib.kdtr_last_error() == b""
+    v.kernel = 3  # KDTR_VERIFY_ATTN_WGMMA: a known kernel, but the CPU entry takes AUTO only
+    assert lib.kdtr_verify_attn_cpu(ctypes.byref(v)) == kernels.ERR_INVALID_ARGUMENT
+    assert b"kernel SIMT / MMA / WGMMA applies to the CUDA entry only" in lib.kdtr_last_error()
+    v.kernel = 4
+    assert lib.kdtr_verify_attn_cpu(ctypes.byref(v)) == kernels.ERR_INVALID_ARGUMENT
+    assert b"kernel 4 is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)" in lib.kdtr_last_error()
 
 
 def test_abi_version_and_struct_sizes(lib):
@@ -282,6 +291,35 @@ def test_cuda_tree_build_kernels_conform(lib, golden, kernel):
         pytest.skip(CUDA_REASON)
     out = kernels.tree_build(**_cuda_inputs(torch, golden), max_budget=golden.metadata["max_budget"], kernel=kernel)
     assert out.kernel == kernel
+    assert_conforms(golden, out)
+
+
+def _wgmma_fits(g) -> bool:
+    """The dims and dtype the Hopper kernel takes (verify_attn_launch.h)."""
+    q, d_v = g.inputs["q"], int(np.asarray(g.inputs["d_v"]))
+    dqk = q.shape[-1]
+    return q.dtype.name == "bfloat16" and dqk % 8 == 0 and dqk <= 576 and d_v <= 512
+
+
+@pytest.mark.parametrize("golden", goldens("verify_attn"), ids=str)
+def test_cuda_verify_attn_wgmma(lib, golden):
+    """kernel="wgmma": on a compute capability 9.0 device with a library built with the
+    Hopper kernel, every golden it takes runs it (kernel_ran wgmma_*) and conforms; anything
+    else is KernelError ERR_NOT_SUPPORTED saying what wgmma needs."""
+    torch = _torch_cuda()
+    if torch is None:
+        pytest.skip(CUDA_REASON)
+    try:
+        out = kernels.verify_attn(**_cuda_inputs(torch, golden), kernel="wgmma")
+    except kernels.KernelError as exc:
+        assert exc.code == kernels.ERR_NOT_SUPPORTED, exc
+        assert "wgmma needs bf16" in str(exc), exc
+        hopper = torch.cuda.get_device_capability() == (9, 0)
+        assert not (hopper and "this one was built with it" in str(exc) and _wgmma_fits(golden)), \
+            f"the Hopper kernel refused a golden it takes on a compute capability 9.0 device: {exc}"
+        return
+    assert out.kernel.startswith("wgmma"), out.kernel
+    torch.cuda.synchronize()
     assert_conforms(golden, out)
 
 

@@ -50,7 +50,7 @@ extern "C" {
 enum {
   KDTR_OK = 0,
   KDTR_ERR_INVALID_ARGUMENT = 1, /* a dim, pointer, enum value or length the op cannot take */
-  KDTR_ERR_NOT_SUPPORTED = 2,    /* valid, but no kernel for it here (shared memory, forced mma) */
+  KDTR_ERR_NOT_SUPPORTED = 2,    /* valid, but no kernel for it here (shared memory, forced mma / wgmma) */
   KDTR_ERR_NO_CUDA = 3,          /* a *_cuda entry of a library built without CUDA */
   KDTR_ERR_CUDA = 4,             /* a CUDA runtime error (its name and string in kdtr_last_error) */
   KDTR_ERR_OUT_OF_MEMORY = 5,    /* the CPU backend's scratch could not be allocated */
@@ -63,8 +63,11 @@ enum { KDTR_DTYPE_F32 = 0, KDTR_DTYPE_BF16 = 1 };
 /* tree_build: the build (docs/ops/tree_build.md); same outputs either way. */
 enum { KDTR_TREE_BUILD_AUTO = 0, KDTR_TREE_BUILD_HEAP = 1, KDTR_TREE_BUILD_SELECT = 2 };
 
-/* verify_attn: the CUDA kernel (the CPU entry takes AUTO only). */
-enum { KDTR_VERIFY_ATTN_AUTO = 0, KDTR_VERIFY_ATTN_SIMT = 1, KDTR_VERIFY_ATTN_MMA = 2 };
+/* verify_attn: the CUDA kernel (the CPU entry takes AUTO only).  WGMMA: the Hopper kernel
+ * (compute capability 9.0, a library built with it: CUDA_ARCH holding 90 and the CUTLASS
+ * headers found, docs/binaries.md); KDTR_ERR_NOT_SUPPORTED elsewhere.  (A value added
+ * without a struct or entry change: KDTR_ABI_VERSION stays 1.) */
+enum { KDTR_VERIFY_ATTN_AUTO = 0, KDTR_VERIFY_ATTN_SIMT = 1, KDTR_VERIFY_ATTN_MMA = 2, KDTR_VERIFY_ATTN_WGMMA = 3 };
 
 /* tree_build: top_log_probs f32 [B,D,K], top_token_ids i64 [B,D,K], root_token_ids i64
  * [B], budget i32 [B], depth_limit i32 [B]; N = max_budget, T = N + 1; outputs node_count
@@ -95,9 +98,9 @@ typedef struct kdtr_tree_build_params {
 
 /* verify_attn: q [B,T,H,Dqk] and kv_cache [B,S,Dqk] (f32, or bf16 as uint16 bits; dtype
  * KDTR_DTYPE_*), prefix_len / tree_len i32 [B], visibility u8 [B,T,T]; outputs out f32
- * [B,T,H,d_v], lse f32 [B,T,H].  kernel: KDTR_VERIFY_ATTN_* (CUDA; AUTO: mma where it
- * applies).  kernel_ran (out): the instance that ran ("cpu_f64", "simt_...", "mma_..."),
- * a static string. */
+ * [B,T,H,d_v], lse f32 [B,T,H].  kernel: KDTR_VERIFY_ATTN_* (CUDA; AUTO: wgmma for
+ * Dqk > 256 where it applies, else mma where it applies, else simt).  kernel_ran (out):
+ * the instance that ran ("cpu_f64", "simt_...", "mma_...", "wgmma_..."), a static string. */
 typedef struct kdtr_verify_attn_params {
   const void* q;
   const void* kv_cache;

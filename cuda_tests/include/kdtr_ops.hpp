@@ -41,6 +41,7 @@
 
 #ifndef KDTR_NO_CUDA
 #include "tree_build_launch.h"
+#include "verify_attn_launch.h"
 #endif
 
 namespace kdtr {
@@ -511,6 +512,20 @@ inline VerifyAttnProblem verify_attn_params(const Slots& s, float sm_scale, cons
   return p;
 }
 
+// verify_attn's --kernel (kdtr_verify_attn, and kdtr_greedy_step for its verify_attn
+// stage): "auto" (the default), "simt", "mma" or "wgmma".  Anything else, or a forced
+// kernel with --backend cpu, is a usage error (exit 2), in the CPU-only build too.
+inline std::string verify_attn_kernel_option(const cli::Args& args, const std::string& prog) {
+  auto it = args.extra.find("kernel");
+  const std::string k = it == args.extra.end() ? "auto" : it->second;
+  if (k != "auto" && k != "simt" && k != "mma" && k != "wgmma")
+    cli::die(cli::EXIT_USAGE,
+             "--kernel must be auto, simt, mma or wgmma, not '" + k + "'; " + cli::Args::usage(prog, {"kernel"}));
+  if (k != "auto" && !args.cuda())
+    cli::die(cli::EXIT_USAGE, "--kernel " + k + " applies to --backend cuda only; " + cli::Args::usage(prog, {"kernel"}));
+  return k;
+}
+
 inline TreeAcceptParams tree_accept_params(const Slots& s, const std::string& out = "") {
   TreeAcceptParams p;
   s.bind(p.node_token_ids, "input.node_token_ids").bind(p.next_token, "input.next_token");
@@ -636,6 +651,43 @@ inline int32_t configure_tree_build(const TreeBuildParams& p, int32_t want, int 
                                           std::to_string(device) + " allows " + std::to_string(have));
   KDTR_CUDA_CHECK(tree_build_configure(k, need));
   return k;
+}
+
+// verify_attn's kernel for the --kernel value `kernel` (verify_attn_kernel_option) on
+// `device`, configured (its shared-memory limit raised).  Where the forced kernel (or,
+// for auto, every kernel) does not apply: exit 3, "backend cuda not supported: <who>"
+// and what the kernel needs against what it got.
+inline VerifyAttnPlan plan_verify_attn(const VerifyAttnProblem& p, const std::string& kernel, int device,
+                                       const std::string& who) {
+  const VerifyAttnKernel requested = kernel == "simt"    ? VerifyAttnKernel::Simt
+                                     : kernel == "mma"   ? VerifyAttnKernel::Mma
+                                     : kernel == "wgmma" ? VerifyAttnKernel::Wgmma
+                                                         : VerifyAttnKernel::Auto;
+  VerifyAttnPlan plan;
+  const cudaError_t perr = verify_attn_plan(p, requested, device, &plan);
+  if (perr == cudaErrorNotSupported) {
+    const std::string got = std::string(p.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " +
+                            std::to_string(p.Dqk) + ", d_v " + std::to_string(p.d_v);
+    std::string why;
+    if (requested == VerifyAttnKernel::Wgmma) {
+      int major = 0, minor = 0;
+      KDTR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      KDTR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      why = "--kernel wgmma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512, enough shared memory, a "
+            "compute capability 9.0 device and a build with the Hopper kernel (got " + got +
+            ", compute capability " + std::to_string(major) + "." + std::to_string(minor) + ", a build " +
+            (verify_attn_have_wgmma() ? "with" : "without") + " it)";
+    } else if (requested == VerifyAttnKernel::Mma) {
+      why = "--kernel mma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and enough shared memory (got " +
+            got + ")";
+    } else {
+      why = "verify_attn has no kernel for " + got;
+    }
+    cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: " + who + why);
+  }
+  KDTR_CUDA_CHECK(perr);
+  KDTR_CUDA_CHECK(verify_attn_configure(plan));
+  return plan;
 }
 
 #endif  // KDTR_NO_CUDA

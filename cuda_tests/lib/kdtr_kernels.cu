@@ -154,8 +154,10 @@ void attn_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t S, int64
 VerifyAttnProblem verify_attn_checked(const kdtr_verify_attn_params* c, const char* op) {
   null_params(op, c);
   attn_dims(op, c->B, c->T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
-  if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA)
-    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), SIMT (1) or MMA (2)");
+  if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA &&
+      c->kernel != KDTR_VERIFY_ATTN_WGMMA)
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)");
   const bool b = c->B > 0, rows = b && c->T > 0 && c->H > 0;
   ptr(op, "q", c->q, rows);
   ptr(op, "kv_cache", c->kv_cache, b && c->S > 0);
@@ -369,16 +371,23 @@ int32_t configure_tree_build(const char* op, const TreeBuildParams& p, int32_t w
 }
 
 VerifyAttnPlan plan_verify_attn(const char* op, const VerifyAttnProblem& p, int32_t kernel, int device) {
-  const VerifyAttnKernel requested = kernel == KDTR_VERIFY_ATTN_SIMT  ? VerifyAttnKernel::Simt
-                                     : kernel == KDTR_VERIFY_ATTN_MMA ? VerifyAttnKernel::Mma
-                                                                      : VerifyAttnKernel::Auto;
+  const VerifyAttnKernel requested = kernel == KDTR_VERIFY_ATTN_SIMT    ? VerifyAttnKernel::Simt
+                                     : kernel == KDTR_VERIFY_ATTN_MMA   ? VerifyAttnKernel::Mma
+                                     : kernel == KDTR_VERIFY_ATTN_WGMMA ? VerifyAttnKernel::Wgmma
+                                                                        : VerifyAttnKernel::Auto;
   VerifyAttnPlan plan;
   const cudaError_t e = verify_attn_plan(p, requested, device, &plan);
-  if (e == cudaErrorNotSupported)
+  if (e == cudaErrorNotSupported) {
+    const bool wgmma = requested == VerifyAttnKernel::Wgmma;
     fail(KDTR_ERR_NOT_SUPPORTED,
-         std::string(op) + ": no " + (requested == VerifyAttnKernel::Mma ? "mma " : "") + "kernel for " +
-             (p.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " + std::to_string(p.Dqk) + ", d_v " +
-             std::to_string(p.d_v) + " (mma needs bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and the shared memory)");
+         std::string(op) + ": no " + (wgmma ? "wgmma " : requested == VerifyAttnKernel::Mma ? "mma " : "") +
+             "kernel for " + (p.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " + std::to_string(p.Dqk) +
+             ", d_v " + std::to_string(p.d_v) +
+             (wgmma ? std::string(" (wgmma needs bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512, the shared memory, a "
+                                  "compute capability 9.0 device and a library built with it: this one was built ") +
+                          (verify_attn_have_wgmma() ? "with" : "without") + " it)"
+                    : std::string(" (mma needs bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and the shared memory)")));
+  }
   cuda_check(op, "verify_attn_plan", e);
   cuda_check(op, "verify_attn_configure", verify_attn_configure(plan));
   return plan;
@@ -437,7 +446,7 @@ int kdtr_verify_attn_cpu(kdtr_verify_attn_params* c) {
   return guarded([&] {
     const VerifyAttnProblem p = verify_attn_checked(c, "verify_attn");
     if (c->kernel != KDTR_VERIFY_ATTN_AUTO)
-      fail(KDTR_ERR_INVALID_ARGUMENT, "verify_attn: kernel SIMT / MMA applies to the CUDA entry only");
+      fail(KDTR_ERR_INVALID_ARGUMENT, "verify_attn: kernel SIMT / MMA / WGMMA applies to the CUDA entry only");
     attn_lengths("verify_attn", p.prefix_len, p.tree_len, p.B, p.T, p.S);
     verify_attn_cpu(p);
     c->kernel_ran = "cpu_f64";

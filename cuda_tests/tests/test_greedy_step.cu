@@ -2,6 +2,7 @@
 // chained on a golden's inputs, with no host round trip between the ops.
 //
 //   kdtr_greedy_step --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
+//                    [--kernel auto|simt|mma|wgmma]
 //
 // Reads from GOLDEN the inputs of kdtr::ops::greedy_step_chain() (kdtr_ops.hpp; contract:
 // docs/ops/greedy_step.md; source: shared/DESIGN.md 3.4)
@@ -24,6 +25,9 @@
 // one stream, each launch checked, with no host synchronization or copy in between; one
 // stream synchronization at the end, then every output is copied back.  CPU: the same
 // chain with the three CPU cores.  --repeat times the whole chain (docs/binaries.md).
+// --kernel forces the kernel of the verify_attn stage exactly as kdtr_verify_attn's
+// --kernel does (CUDA only: a usage error with --backend cpu; exit 3 where a forced mma
+// or wgmma does not apply); tree_build's build is always auto.
 //
 // Input errors (exit 2, naming file and tensor) are checked on the host before anything
 // runs, because the kernels trust them: dtypes and shapes of all inputs against each
@@ -62,6 +66,8 @@
 namespace {
 
 using namespace kdtr;
+
+constexpr const char* kProg = "kdtr_greedy_step";
 
 // The checks of the chain between verify_attn's inputs and tree_accept's: d_v in [1, Dqk];
 // per request prefix_len >= 0 and room for a full tree after the prefix (tree_len =
@@ -123,21 +129,16 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
 #ifndef KDTR_NO_CUDA
 // CUDA: the inputs copied to the device once, then the four launches enqueued on one
 // stream, each checked, nothing on the host in between; one synchronization at the end.
-std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, float sm_scale) {
+std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, float sm_scale,
+                     const std::string& attn_kernel) {
   // Everything that can refuse the problem is settled before any allocation.
   const ops::GreedyStepParams host =
       ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
   // shared memory limits N; the select kernel where it fits
   const int32_t build_kernel = ops::configure_tree_build(host.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
-  VerifyAttnPlan plan;  // verify_attn: the kernel instance for these dims and dtype
-  const cudaError_t perr = verify_attn_plan(host.attn, VerifyAttnKernel::Auto, args.device, &plan);
-  if (perr == cudaErrorNotSupported)
-    cli::die(cli::EXIT_NOT_SUPPORTED,
-             "backend cuda not supported: verify_attn has no kernel for " +
-                 std::string(host.attn.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " +
-                 std::to_string(host.attn.Dqk) + ", d_v " + std::to_string(host.attn.d_v));
-  KDTR_CUDA_CHECK(perr);
-  KDTR_CUDA_CHECK(verify_attn_configure(plan));
+  // verify_attn: the kernel instance for these dims and dtype (--kernel)
+  const VerifyAttnPlan plan =
+      ops::plan_verify_attn(host.attn, attn_kernel, args.device, attn_kernel == "auto" ? "" : "verify_attn: ");
 
   cli::DeviceBuffer<int32_t> tree_len(static_cast<size_t>(in.dim("B")));  // the chain's own, poisoned
   tree_len.fill_bytes(cli::kPoison);
@@ -158,6 +159,7 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
 #endif
 
 int run(const cli::Args& args) {
+  const std::string attn_kernel = ops::verify_attn_kernel_option(args, kProg);
   cli::require_backend(args);
   const File golden = File::open(args.input);
   const std::vector<ops::Link>& chain = ops::greedy_step_chain();
@@ -175,7 +177,7 @@ int run(const cli::Args& args) {
   std::string kernel;
   if (args.cuda()) {
 #ifndef KDTR_NO_CUDA
-    kernel = run_cuda(args, in, out, sm_scale);
+    kernel = run_cuda(args, in, out, sm_scale, attn_kernel);
 #endif
   } else {
     // The same chain with the three CPU cores, tree_len in host memory.
@@ -196,4 +198,4 @@ int run(const cli::Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kdtr::cli::run_main(argc, argv, "kdtr_greedy_step", run); }
+int main(int argc, char** argv) { return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}); }

@@ -1,7 +1,7 @@
 // test_verify_attn.cu -- build/bin/kdtr_verify_attn: run verify_attn on a golden's inputs.
 //
 //   kdtr_verify_attn --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
-//                    [--kernel auto|simt|mma]
+//                    [--kernel auto|simt|mma|wgmma]
 //
 // Reads the inputs of kdtr::ops::verify_attn_decl() (kdtr_ops.hpp: q f32|bf16
 // [B,T,H,Dqk], kv_cache (same dtype) [B,S,Dqk], prefix_len i32 [B], tree_len i32 [B],
@@ -10,8 +10,10 @@
 // [B,T,H] with metadata op="verify_attn", config (copied from the golden), backend,
 // device, kernel ("cpu_f64", or the CUDA kernel instance that ran).  Exit codes and the
 // --repeat line: docs/binaries.md.  --kernel (CUDA only) forces the f32 FFMA kernel
-// (simt) or the bf16 tensor-core kernel (mma; exit 3 where it does not apply); the
-// default auto picks mma where it applies.  Outputs (and the CPU backend's scratch) over
+// (simt), the bf16 tensor-core kernel (mma) or the Hopper wgmma + TMA kernel (wgmma:
+// compute capability 9.0 and a build with it, verify_attn_sm90.cu); mma and wgmma exit 3
+// where they do not apply; the default auto picks wgmma for Dqk > 256 where it applies,
+// else mma where it applies, else simt.  Outputs (and the CPU backend's scratch) over
 // the resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything
 // is allocated.
 //
@@ -80,36 +82,12 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
                                  std::to_string(Dqk));
 }
 
-// --kernel: "auto" (default), "simt" or "mma"; anything else, or a forced kernel with
-// --backend cpu, is a usage error.
-std::string kernel_option(const cli::Args& args) {
-  auto it = args.extra.find("kernel");
-  const std::string k = it == args.extra.end() ? "auto" : it->second;
-  if (k != "auto" && k != "simt" && k != "mma")
-    cli::die(cli::EXIT_USAGE, "--kernel must be auto, simt or mma, not '" + k + "'; " + cli::Args::usage(kProg, {"kernel"}));
-  if (k != "auto" && !args.cuda())
-    cli::die(cli::EXIT_USAGE,
-             "--kernel " + k + " applies to --backend cuda only; " + cli::Args::usage(kProg, {"kernel"}));
-  return k;
-}
-
 #ifndef KDTR_NO_CUDA
 std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, const std::string& kernel) {
   const float sm_scale = in.scalar<float>("input.sm_scale");
   const VerifyAttnProblem dims = ops::verify_attn_params(ops::Slots(in.dims()).add(in).add(out), sm_scale);
-  VerifyAttnPlan plan;
-  const VerifyAttnKernel requested = kernel == "simt"  ? VerifyAttnKernel::Simt
-                                     : kernel == "mma" ? VerifyAttnKernel::Mma
-                                                       : VerifyAttnKernel::Auto;
-  const cudaError_t perr = verify_attn_plan(dims, requested, args.device, &plan);
-  if (perr == cudaErrorNotSupported)
-    cli::die(cli::EXIT_NOT_SUPPORTED,
-             "backend cuda not supported: --kernel " + kernel + " needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, "
-             "d_v <= 512 and enough shared memory (got " +
-                 std::string(dims.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " +
-                 std::to_string(dims.Dqk) + ", d_v " + std::to_string(dims.d_v) + ")");
-  KDTR_CUDA_CHECK(perr);
-  KDTR_CUDA_CHECK(verify_attn_configure(plan));
+  // the kernel (--kernel; exit 3 where a forced one does not apply), its shared memory raised
+  const VerifyAttnPlan plan = ops::plan_verify_attn(dims, kernel, args.device, "");
 
   const ops::Device dev(in, out);
   const VerifyAttnProblem p = ops::verify_attn_params(dev.slots(in.dims()), sm_scale);
@@ -120,7 +98,7 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
 #endif
 
 int run(const cli::Args& args) {
-  const std::string kernel_opt = kernel_option(args);
+  const std::string kernel_opt = ops::verify_attn_kernel_option(args, kProg);
   cli::require_backend(args);
   const File golden = File::open(args.input);
   const ops::OpDecl& op = ops::verify_attn_decl();
