@@ -183,12 +183,14 @@ def main() -> int:
             tol = tolerance(x)
             runs = [(b, "auto") for b in backends]
             if "cuda" in backends:
-                runs += [("cuda", "simt"), ("cuda", "mma")]
+                runs += [("cuda", "simt"), ("cuda", "mma"), ("cuda", "wgmma")]
             for backend, kernel in runs:
                 status, msg = check(Path(args.bin), backend, kernel, golden, x, ref_out, ref_lse, tol, tmp)
-                # mma must run wherever the kernel claims it applies (bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512)
+                # mma and wgmma must run wherever the kernel claims it applies (bf16, Dqk % 8 == 0,
+                # Dqk <= 576, d_v <= 512; wgmma also needs a compute capability 9.0 device and a
+                # build with the Hopper kernel, which the H200 runs of this script have)
                 mma_applies = c.dtype == "bf16" and c.Dqk % 8 == 0 and c.Dqk <= 576 and c.d_v <= 512
-                if status == "NOT_SUPPORTED" and kernel.startswith("mma") and not mma_applies:
+                if status == "NOT_SUPPORTED" and kernel in ("mma", "wgmma") and not mma_applies:
                     status = "SKIP"
                 if status == "NOT_SUPPORTED" and backend == "cuda" and kernel == "auto":
                     status = "SKIP"  # no GPU here
