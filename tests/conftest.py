@@ -19,6 +19,17 @@ for _p in (str(REPO_ROOT), str(TESTS_DIR)):
 KDTR_CHECK = REPO_ROOT / "build" / "bin" / "kdtr_check"
 
 
+def load_tool(name: str):
+    """tools/<name>.py imported as the module ``name`` (the tools are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def op_binary(op: str) -> Path:
     """build/bin/kdtr_<op>; fails (never skips) when it has not been built."""
     path = REPO_ROOT / "build" / "bin" / f"kdtr_{op}"

@@ -10,7 +10,6 @@ compiles the fixture sources and summarizes the real object.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_tool
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SASS = DATA / "sass_fixture.sass.txt"
@@ -26,15 +27,7 @@ ELF = DATA / "sass_fixture.elf.txt"
 PTXAS = DATA / "sass_fixture.ptxas.txt"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("sass_summary", ROOT / "tools" / "sass_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sass_summary"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ss = _load()
+ss = load_tool("sass_summary")
 
 MMA = "_ZN4kdtr7fixture10mma_kernelILi2EEEvPK13__nv_bfloat16Pf"
 FFMA = "_ZN4kdtr7fixture11ffma_kernelEPKfPff"

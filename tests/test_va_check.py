@@ -10,7 +10,6 @@ the golden's expected tensors (perturbed as told) and speaks the binaries' batch
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -22,21 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import op_binary
+from conftest import load_tool, op_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("va_check", ROOT / "tools" / "va_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["va_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-va = _load()
+va = load_tool("va_check")
 
 FAKE = r'''#!{python}
 """Fake kdtr_<op>: writes the golden's expected.* tensors as its outputs (FAKE_MODE says how)."""

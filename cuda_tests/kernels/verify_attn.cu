@@ -41,6 +41,7 @@
 #include <cstring>
 
 #include "verify_attn.cuh"
+#include "verify_attn_device.cuh"
 #include "verify_attn_launch.h"
 #if defined(KDTR_HAVE_WGMMA)
 #include "verify_attn_sm90.h"
@@ -56,49 +57,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int64_t kMaxDim = kVerifyAttnMaxDim;  // T*H, S, Dqk bounds (verify_attn.cuh): in-request indices stay int
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
-__device__ __forceinline__ bool finite_f(float x) { return fabsf(x) <= 3.402823466e38f; }  // false for NaN
-__device__ __forceinline__ float finite_or_zero(float x) { return finite_f(x) ? x : 0.0f; }
-
-// NaN and infinities (docs/ops/verify_attn.md, "NaN and infinities"; verify_attn.cuh).
-// Both kernels keep the running max with verify_attn_max (NaN propagates; fmaxf would
-// drop it), so a NaN or +inf visible score leaves l = NaN through alpha and P, and the
-// epilogue (finish_row) decides from l and the visible-key set:
-//   l NaN                      -> out NaN, lse NaN
-//   l == 0 and a visible key   -> out NaN, lse NaN (every visible score was -inf)
-//   l == 0 and no visible key  -> out 0,   lse -inf (also padding rows)
-//   else                       -> out O / l, lse m + log(l)
-// A key of weight 0 (invisible, or a -inf score) must contribute nothing to O, but P V
-// would give 0 * NaN = NaN from a NaN or inf value element.  Such an element makes every
-// raw score of its key NaN or +-inf (values are key dims), so it can only meet rows where
-// the key has weight 0 or that are NaN anyway: a tile whose raw scores (before the mask)
-// hold any non-finite value has the non-finite elements of its KV tile replaced by 0
-// before P V.  The test is per block and costs one __syncthreads_or per tile; finite
-// tiles take the unchanged path.
-struct RowResult {
-  bool nan;   // out and lse NaN
-  bool zero;  // out 0, lse -inf
-};
-__device__ __forceinline__ RowResult finish_row(float l, bool row_valid, int pl, int tl, const uint8_t* vis_row) {
-  if (l != l) return {true, false};
-  if (l == 0.0f) {
-    const bool has_key = row_valid && verify_attn_row_has_key(pl, tl, vis_row);
-    return {has_key, !has_key};
-  }
-  return {false, false};
-}
-
-// Rows [row0, row0 + nrows) of out (columns [col0, col0 + ncols)) and lse: 0 and -inf.
-__device__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0, int nrows, int d_v,
-                                   int col0, int ncols, bool with_lse) {
-  for (int idx = threadIdx.x; idx < nrows * ncols; idx += blockDim.x) {
-    const int r = idx / ncols, c = idx - r * ncols;
-    out[(row0 + r) * d_v + col0 + c] = 0.0f;
-  }
-  if (with_lse)
-    for (int r = threadIdx.x; r < nrows; r += blockDim.x) lse[row0 + r] = neg_inf();
-}
+using namespace va_device;  // neg_inf, finite tests, finish_row, padding rows, cp.async (verify_attn_device.cuh)
 
 // ---------------------------------------------------------------------------------------
 // simt: f32 FFMA kernel, any dims
@@ -427,15 +386,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes global -> shared, asynchronously; valid == false writes 16 zero bytes and reads
-// nothing (src must still be a valid address).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -460,13 +410,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 // ldmatrix 8x8 reads fall in 8 different bank groups.
 __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
   return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// Two bf16 in a word, each NaN or +-inf (exponent all ones) replaced by +0.
-__device__ __forceinline__ uint32_t bf16x2_finite_or_zero(uint32_t u) {
-  if ((u & 0x7f800000u) == 0x7f800000u) u &= 0x0000ffffu;
-  if ((u & 0x00007f80u) == 0x00007f80u) u &= 0xffff0000u;
-  return u;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -548,7 +491,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_kv(0, sKV0);
   cp_async_commit();
 
-  // This thread's two rows (in the block) and their visibility rows.
+  // This thread's two rows (in the block) and their visibility rows (the mma kernel keeps
+  // its own copy of thread_rows' arithmetic: through the struct, ptxas spilled 16 bytes at
+  // 255 registers).
   const int rr[2] = {wr * 16 + gid, wr * 16 + gid + 8};
   bool rv[2];
   const uint8_t* vrow[2];

@@ -29,6 +29,7 @@
 // block may opt into.
 
 #include "verify_attn_sm90.h"
+#include "verify_attn_device.cuh"
 
 #include <cuda_runtime.h>
 
@@ -45,6 +46,7 @@ namespace {
 
 using namespace cute;
 using bf16 = cutlass::bfloat16_t;
+using namespace va_device;  // neg_inf, finite tests, finish_row, padding rows, cp.async (verify_attn_device.cuh)
 
 constexpr int kThreads = 256;
 constexpr int kBM = 64;           // query rows per block
@@ -99,16 +101,7 @@ struct SharedStorage {
 
 using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
-__device__ __forceinline__ bool finite_f(float x) { return fabsf(x) <= 3.402823466e38f; }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // Ordinary (generic-proxy) shared-memory writes of this thread become visible to the
 // tensor cores and the copy engine (async proxy) after a following barrier.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -124,36 +117,6 @@ template <class Layout>
 __device__ __forceinline__ uint32_t smem_byte_offset(const Layout& layout, int row, int col) {
   const uint32_t byte = 2u * static_cast<uint32_t>(layout.layout_b()(row, col));
   return static_cast<uint32_t>(layout.layout_a()(byte));
-}
-
-// Two bf16 in a word, each NaN or +-inf (exponent all ones) replaced by +0.
-__device__ __forceinline__ uint32_t bf16x2_finite_or_zero(uint32_t u) {
-  if ((u & 0x7f800000u) == 0x7f800000u) u &= 0x0000ffffu;
-  if ((u & 0x00007f80u) == 0x00007f80u) u &= 0xffff0000u;
-  return u;
-}
-
-// Empty-row / NaN decision of the epilogue (as finish_row in verify_attn.cu).
-struct RowResult {
-  bool nan;
-  bool zero;
-};
-__device__ __forceinline__ RowResult finish_row(float l, bool row_valid, int pl, int tl, const uint8_t* vis_row) {
-  if (l != l) return {true, false};
-  if (l == 0.0f) {
-    const bool has_key = row_valid && verify_attn_row_has_key(pl, tl, vis_row);
-    return {has_key, !has_key};
-  }
-  return {false, false};
-}
-
-// Rows [row0, row0 + nrows) of out (all d_v columns) and lse: 0 and -inf.
-__device__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0, int nrows, int d_v) {
-  for (int idx = threadIdx.x; idx < nrows * d_v; idx += blockDim.x) {
-    const int r = idx / d_v, c = idx - r * d_v;
-    out[(row0 + r) * d_v + c] = 0.0f;
-  }
-  for (int r = threadIdx.x; r < nrows; r += blockDim.x) lse[row0 + r] = neg_inf();
 }
 
 // Calls f(std::integral_constant<int, I>) for I in [I0, N): compile-time loop indices.
@@ -202,13 +165,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int valid_rows = tl * H, L = pl + tl;
   const int64_t row_base = static_cast<int64_t>(b) * M;
   if (m0 >= valid_rows) {
-    write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v);
+    write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, 0, d_v, true);
     return;
   }
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7, tid_wg = tid & 127;
-  const int lane = tid & 31, warp_wg = tid_wg >> 5, gid = lane >> 2;
+  const int lane = tid & 31, warp_wg = tid_wg >> 5;
   const int dchunks = Dqk >> 3;            // 16-byte chunks of a row
   const int nslab = (Dqk + 63) >> 6;       // slabs that hold key dims
   const int ntiles = (L + kBN - 1) / kBN;  // >= 1: tl >= 1 here
@@ -307,15 +270,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // This thread's two rows (C fragments: warp_wg * 16 + gid and + 8; element i of a C
   // fragment lies in the second when (i >> 1) & 1) and their visibility rows.
-  const int rr[2] = {warp_wg * 16 + gid, warp_wg * 16 + gid + 8};
-  bool rv[2];
-  const uint8_t* vrow[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = m0 + rr[h];
-    rv[h] = m < valid_rows;
-    vrow[h] = vis + (static_cast<int64_t>(b) * T + (rv[h] ? m / H : 0)) * T;
-  }
+  const ThreadRows rows = thread_rows(warp_wg * 16, lane, m0, valid_rows, vis, b, T, H);
+  const int* const rr = rows.r;
+  const bool* const rv = rows.valid;
+  const uint8_t* const* const vrow = rows.vis;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
 
   for (int j = 0; j < ntiles; ++j) {

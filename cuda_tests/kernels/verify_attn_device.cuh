@@ -1,0 +1,100 @@
+// verify_attn_device.cuh -- device helpers shared by the verify_attn CUDA kernels
+// (verify_attn.cu: simt and mma; verify_attn_sm90.cu: wgmma).  nvcc only.
+//
+// NaN and infinities (docs/ops/verify_attn.md, "NaN and infinities"; verify_attn.cuh).
+// Every kernel keeps the running max with verify_attn_max (NaN propagates; fmaxf would
+// drop it), so a NaN or +inf visible score leaves l = NaN through alpha and P, and the
+// epilogue (finish_row) decides from l and the visible-key set:
+//   l NaN                      -> out NaN, lse NaN
+//   l == 0 and a visible key   -> out NaN, lse NaN (every visible score was -inf)
+//   l == 0 and no visible key  -> out 0,   lse -inf (also padding rows)
+//   else                       -> out O / l, lse m + log(l)
+// A key of weight 0 (invisible, or a -inf score) must contribute nothing to O, but P V
+// would give 0 * NaN = NaN from a NaN or inf value element.  Such an element makes every
+// raw score of its key NaN or +-inf (values are key dims), so it can only meet rows where
+// the key has weight 0 or that are NaN anyway: a tile whose raw scores (before the mask)
+// hold any non-finite value has the non-finite elements of its KV tile replaced by 0
+// before P V (bf16x2_finite_or_zero / finite_or_zero); finite tiles take the unchanged
+// path.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "verify_attn.cuh"
+
+namespace kdtr {
+namespace va_device {
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
+__device__ __forceinline__ bool finite_f(float x) { return fabsf(x) <= 3.402823466e38f; }  // false for NaN
+__device__ __forceinline__ float finite_or_zero(float x) { return finite_f(x) ? x : 0.0f; }
+
+// Two bf16 in a word, each NaN or +-inf (exponent all ones) replaced by +0.
+__device__ __forceinline__ uint32_t bf16x2_finite_or_zero(uint32_t u) {
+  if ((u & 0x7f800000u) == 0x7f800000u) u &= 0x0000ffffu;
+  if ((u & 0x00007f80u) == 0x00007f80u) u &= 0xffff0000u;
+  return u;
+}
+
+// The epilogue's decision for one row (table above).
+struct RowResult {
+  bool nan;   // out and lse NaN
+  bool zero;  // out 0, lse -inf
+};
+__device__ __forceinline__ RowResult finish_row(float l, bool row_valid, int pl, int tl, const uint8_t* vis_row) {
+  if (l != l) return {true, false};
+  if (l == 0.0f) {
+    const bool has_key = row_valid && verify_attn_row_has_key(pl, tl, vis_row);
+    return {has_key, !has_key};
+  }
+  return {false, false};
+}
+
+// Rows [row0, row0 + nrows) of out (columns [col0, col0 + ncols)) and lse: 0 and -inf.
+__device__ __forceinline__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0,
+                                                   int nrows, int d_v, int col0, int ncols, bool with_lse) {
+  for (int idx = threadIdx.x; idx < nrows * ncols; idx += blockDim.x) {
+    const int r = idx / ncols, c = idx - r * ncols;
+    out[(row0 + r) * d_v + col0 + c] = 0.0f;
+  }
+  if (with_lse)
+    for (int r = threadIdx.x; r < nrows; r += blockDim.x) lse[row0 + r] = neg_inf();
+}
+
+// The two query rows a thread holds in a 16-row band of an m16 (mma.sync) or m64
+// (wgmma, one band per warp) accumulator: band_row0 + lane / 4 and + 8, in the block's
+// tile of rows starting at m0 (m = i*H + h); whether each is a valid row (m < valid_rows
+// = tree_len * H) and its visibility row (row 0 of the request for invalid rows, never
+// read for them).
+struct ThreadRows {
+  int r[2];
+  bool valid[2];
+  const uint8_t* vis[2];
+};
+__device__ __forceinline__ ThreadRows thread_rows(int band_row0, int lane, int m0, int valid_rows,
+                                                  const uint8_t* vis, int b, int T, int H) {
+  ThreadRows t;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    t.r[h] = band_row0 + (lane >> 2) + 8 * h;
+    const int m = m0 + t.r[h];
+    t.valid[h] = m < valid_rows;
+    t.vis[h] = vis + (static_cast<int64_t>(b) * T + (t.valid[h] ? m / H : 0)) * T;
+  }
+  return t;
+}
+
+// 16 bytes global -> shared, asynchronously; valid == false writes 16 zero bytes and reads
+// nothing (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+}  // namespace va_device
+}  // namespace kdtr
