@@ -6,6 +6,7 @@ clear errors."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 
 from kdtr import kernels
 from kdtr.testing import assert_conforms, goldens
+
+from conftest import REPO_ROOT
 
 OPS = ("tree_build", "verify_attn", "tree_accept", "greedy_step")
 ALL_GOLDENS = [g for op in OPS for g in goldens(op)]
@@ -214,13 +217,25 @@ def test_abi_version_and_struct_sizes(lib):
     assert lib.kdtr_params_size(b"nope") == 0
 
 
-def test_cuda_entries_of_a_cpu_only_build(lib):
-    """Without CUDA in the library, a CUDA entry returns "not built with CUDA"."""
-    if kernels.has_cuda():
-        pytest.skip("the library is the CUDA build (its CPU-only error is tested on a NO_CUDA=1 build)")
-    p = kernels._TreeAcceptParams(B=0, T=0)
-    assert lib.kdtr_tree_accept_cuda(ctypes.byref(p), None) == kernels.ERR_NO_CUDA
-    assert b"not built with CUDA" in lib.kdtr_last_error()
+@pytest.fixture(scope="module")
+def cpu_only_lib(tmp_path_factory):
+    """The library built here without CUDA (`make NO_CUDA=1 lib` into a scratch BUILD
+    directory, a few seconds of g++), whatever the repository's own build is."""
+    build = tmp_path_factory.mktemp("nocuda")
+    r = subprocess.run(["make", "-s", "NO_CUDA=1", f"BUILD={build}", "lib"], cwd=REPO_ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return build / "lib" / "libkdtr_kernels.so"
+
+
+def test_cuda_entries_of_a_cpu_only_build(cpu_only_lib):
+    """Without CUDA in the library, every CUDA entry returns "not built with CUDA"."""
+    assert not kernels.has_cuda(cpu_only_lib)
+    lib = kernels.load(cpu_only_lib)
+    for op, struct in kernels._STRUCTS.items():
+        p = struct()
+        assert getattr(lib, f"kdtr_{op}_cuda")(ctypes.byref(p), None) == kernels.ERR_NO_CUDA, op
+        assert b"not built with CUDA" in lib.kdtr_last_error(), op
 
 
 # ---------------------------------------------------------------------------------------
