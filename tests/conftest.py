@@ -30,6 +30,29 @@ def load_tool(name: str):
     return mod
 
 
+def golden_subset(dest: Path, op: str, configs: list[str], waivers: dict[str, str] | None = None) -> Path:
+    """dest/golden: a golden directory holding the committed goldens `op`/`configs` and a
+    MANIFEST.json that lists just them (their committed entries); with `waivers`, a
+    known_failures.json."""
+    import json
+    import shutil
+
+    committed = REPO_ROOT / "golden"
+    gdir = dest / "golden"
+    (gdir / op).mkdir(parents=True)
+    manifest = json.loads((committed / "MANIFEST.json").read_text())
+    files = {}
+    for c in configs:
+        rel = f"{op}/{c}.kdtr"
+        shutil.copyfile(committed / rel, gdir / rel)
+        files[rel] = manifest["files"][rel]
+    manifest["files"] = files
+    (gdir / "MANIFEST.json").write_text(json.dumps(manifest))
+    if waivers:
+        (gdir / "known_failures.json").write_text(json.dumps(waivers))
+    return gdir
+
+
 def op_binary(op: str) -> Path:
     """build/bin/kdtr_<op>; fails (never skips) when it has not been built."""
     path = REPO_ROOT / "build" / "bin" / f"kdtr_{op}"

@@ -6,7 +6,6 @@ sessions get no ``-p``): the package must be installed (``make venv``: pip insta
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -15,6 +14,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+from conftest import golden_subset
 
 pytest_plugins = ["pytester"]
 
@@ -31,19 +32,7 @@ def _built() -> None:
 
 
 def _golden_copy(tmp_path: Path, configs: list[str], waivers: dict[str, str] | None = None) -> Path:
-    gdir = tmp_path / "golden"
-    (gdir / "tree_accept").mkdir(parents=True)
-    manifest = json.loads((GOLDEN / "MANIFEST.json").read_text())
-    files = {}
-    for c in configs:
-        rel = f"tree_accept/{c}.kdtr"
-        shutil.copyfile(GOLDEN / rel, gdir / rel)
-        files[rel] = manifest["files"][rel]
-    manifest["files"] = files
-    (gdir / "MANIFEST.json").write_text(json.dumps(manifest))
-    if waivers:
-        (gdir / "known_failures.json").write_text(json.dumps(waivers))
-    return gdir
+    return golden_subset(tmp_path, "tree_accept", configs, waivers)
 
 
 def _fake_bin(tmp_path: Path, body: str) -> Path:

@@ -17,6 +17,8 @@ from kdtr.contract import Contract
 from kdtr.ops import OPS
 from kdtr.testing import ConformanceError, Golden, GoldenError, assert_conforms, goldens, to_numpy
 
+from conftest import golden_subset
+
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden"
 
@@ -85,18 +87,8 @@ def test_goldens_refuses_bad_selections(op: str, kw: dict, msg: str) -> None:
         goldens(op, GOLDEN, **kw)
 
 
-def _golden_copy(tmp_path: Path, configs: list[str]) -> Path:
-    gdir = tmp_path / "golden"
-    (gdir / "tree_accept").mkdir(parents=True)
-    manifest = json.loads((GOLDEN / "MANIFEST.json").read_text())
-    files = {}
-    for c in configs:
-        rel = f"tree_accept/{c}.kdtr"
-        shutil.copyfile(GOLDEN / rel, gdir / rel)
-        files[rel] = manifest["files"][rel]
-    manifest["files"] = files
-    (gdir / "MANIFEST.json").write_text(json.dumps(manifest))
-    return gdir
+def _golden_copy(tmp_path: Path, configs: list[str], waivers: dict[str, str] | None = None) -> Path:
+    return golden_subset(tmp_path, "tree_accept", configs, waivers)
 
 
 def test_goldens_only_what_the_manifest_vouches_for(tmp_path: Path) -> None:
