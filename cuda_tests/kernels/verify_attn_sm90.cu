@@ -25,7 +25,7 @@
 // cp.async with zero fill instead (a TMA box would read cache rows >= L, which the
 // contract forbids).  Slabs past Dqk are never loaded and stay zero.
 //   Shared memory (bytes): Q 73728, two KV tiles 2 x 73728, P 8192, row max / row sum
-// exchange, the non-finite flag and 18 mbarriers: 230,584 of the 232,448 an H100/H200
+// exchange, the non-finite flag and 18 mbarriers: 231,424 (sizeof, 1024-aligned) of the 232,448 an H100/H200
 // block may opt into.
 
 #include "verify_attn_sm90.h"
