@@ -20,8 +20,10 @@
 //   Loads: Q once per block by cp.async (rows past tree_len*H and dims past Dqk zero, not
 // read).  KV tiles are double-buffered; a tile whose 64 rows all lie below L comes by TMA
 // as nine 64x64 slabs, each completing on its own mbarrier, so Q K^T starts on slab 0
-// while later slabs land; thread 0 issues tile j+2 into the buffer of tile j once both
-// warpgroups are done with it.  The last tile, when it reaches past L, is loaded by
+// while later slabs land (lane 0 of each warp issues some of the nine).  P V of tile j is
+// left running while tile j+1's Q K^T is issued behind it (KDTR_WGMMA_OVERLAP); tile j+1
+// goes into the buffer of tile j-1 at tile j's row-max barrier, once both warpgroups are
+// past P V of tile j-1.  The last tile, when it reaches past L, is loaded by
 // cp.async with zero fill instead (a TMA box would read cache rows >= L, which the
 // contract forbids).  Slabs past Dqk are never loaded and stay zero.
 //   Shared memory (bytes): Q 73728, two KV tiles 2 x 73728, P 8192, row max / row sum
