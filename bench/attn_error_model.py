@@ -4,7 +4,7 @@ Simulates two kernel styles in numpy over many seeds of each verify_attn configu
   f32:  scores, exp, sums and P.V in float32 (sgemm accumulation)
   bf16p: as f32, but the softmax weights P rounded to bf16 before P.V (tensor-core style)
 and prints the worst max-abs error of out and lse per config. The verify_attn tolerances
-(generators/gen_verify_attn_refs.py, docs/ops/verify_attn.md) are set from these numbers.
+(kdtr/generators/gen_verify_attn_refs.py, docs/ops/verify_attn.md) are set from these numbers.
 
     python3 bench/attn_error_model.py [--seeds 20]
 """
@@ -17,7 +17,7 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 
-from generators import gen_verify_attn_refs as gen
+from kdtr.generators import gen_verify_attn_refs as gen
 from kdtr.ops.verify_attn import verify_attn_f64
 
 

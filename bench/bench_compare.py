@@ -17,8 +17,8 @@ Issue 12 item 4 / DESIGN 7: "comparing identical outputs costs about a byte comp
    fresh interpreter, start-up included) and, in this process, the run's wall time and the
    time spent inside ``compare()`` (summed over the worker threads).
 
-Whichever kdtr and runners are importable are measured: to time an older version, put its
-tree first, e.g. ``git archive <commit> kdtr runners | tar -x -C /tmp/old`` and
+Whichever kdtr is importable is measured: to time an older version, put its
+tree first, e.g. ``git archive <commit> kdtr runners generators | tar -x -C /tmp/old`` and
 ``PYTHONPATH=/tmp/old python3 bench/bench_compare.py ...``; the output names the source.
 
 Usage: python3 bench/bench_compare.py [--n 4194304] [--repeat 15] [--runs 5]
@@ -157,14 +157,14 @@ def run_args(golden_dir: Path, bin_dir: Path, report_dir: str) -> list[str]:
 
 def run_table(golden_dir: Path, bin_dir: Path, runs: int) -> list[str]:
     import kdtr.runner as kr
-    import runners.cli as cli
+    import kdtr.cli.main as cli
 
     walls_cmd, walls_in, cmp_s, n_cmp, statuses, used = [], [], [], [], "", ""
     for _ in range(runs):  # the command, as a user runs it
         with tempfile.TemporaryDirectory() as rep:
             t0 = time.perf_counter()
             # (cwd: not the checkout, whose kdtr would shadow a PYTHONPATH one: -c puts cwd first)
-            p = subprocess.run([sys.executable, "-c", "from runners.cli import entry; entry()", *run_args(golden_dir, bin_dir, rep)],
+            p = subprocess.run([sys.executable, "-c", "from kdtr.cli.main import entry; entry()", *run_args(golden_dir, bin_dir, rep)],
                                capture_output=True, text=True, cwd=rep)
             walls_cmd.append(time.perf_counter() - t0)
             statuses = p.stdout.strip().splitlines()[-2] if p.stdout.strip() else p.stderr[-300:]

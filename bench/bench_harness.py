@@ -7,7 +7,7 @@ op, backend and device) beside one process per golden, and the Python start-up b
 
 Each configuration runs `--repeat` times (after one untimed warm-up run); the table gives
 the median and the minimum wall time, the work after start-up (median minus the median
-of `python -c "import runners.cli"`, the CLI's imports), and the statuses the run
+of `python -c "import kdtr.cli.main"`, the CLI's imports), and the statuses the run
 reported, so a timing of a failing run cannot pass unnoticed. Reports go to a temporary
 directory. Prints a Markdown table.
 """
@@ -55,10 +55,10 @@ def main() -> int:
 
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     py = sys.executable
-    startup = [wall([py, "-c", "import runners.cli"], env)[0] for _ in range(max(3, args.repeat))]
+    startup = [wall([py, "-c", "import kdtr.cli.main"], env)[0] for _ in range(max(3, args.repeat))]
     t_start = statistics.median(startup)
 
-    rows = [("python start-up (`import runners.cli`)", statistics.median(startup), min(startup), None, "")]
+    rows = [("python start-up (`import kdtr.cli.main`)", statistics.median(startup), min(startup), None, "")]
     configs: list[tuple[str, list[str], int]] = []
     jobs = [j for j in args.jobs.split(",") if j] or [""]
     for j in jobs:
@@ -72,7 +72,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, extra, repeat in configs:
             rdir = Path(tmp) / "reports"
-            cmd = [py, "-m", "runners.cli", "run", "--backend", args.backend, "--device", args.device,
+            cmd = [py, "-m", "kdtr.cli", "run", "--backend", args.backend, "--device", args.device,
                    "--report-dir", str(rdir), "--timeout", "600", *extra]
             if repeat > 1:
                 wall(cmd, env)  # warm-up: page cache, driver state

@@ -9,7 +9,7 @@ runs on every backend and CUDA kernel that applies; outputs are compared with th
 float64 reference (kdtr.ops.verify_attn) under the goldens' tolerance model
 (docs/ops/verify_attn.md, "Tolerances"); padding rows and empty rows must be exactly
 0 / -inf. The ``*_nonfinite_*`` cases put NaN and infinities inside the valid region
-(generators.gen_verify_attn_refs.inject_nonfinite, one kind per request, at K2 dims with
+(kdtr.generators.gen_verify_attn_refs.inject_nonfinite, one kind per request, at K2 dims with
 prefixes past one 64-key tile, and with d_v > 512): a row must be NaN (lse and every out
 element) exactly where the reference's is (docs/ops/verify_attn.md, "NaN and
 infinities"), and no NaN may appear elsewhere.
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import kdtr  # noqa: E402
-from generators import gen_verify_attn_refs as gen  # noqa: E402
+from kdtr.generators import gen_verify_attn_refs as gen  # noqa: E402
 from kdtr.ops.verify_attn import verify_attn_f64  # noqa: E402
 
 U32 = 2.0**-24

@@ -63,7 +63,7 @@ if has check; then
   t=$(elapsed)
   : > "$OUT/check.log"
   echo "=== kdtr run --only verify_attn --only greedy_step --require-backend cuda" >> "$OUT/check.log"
-  timeout 300 python3 -m runners.cli run --only verify_attn --only greedy_step -j 8 --timeout 300 \
+  timeout 300 python3 -m kdtr.cli run --only verify_attn --only greedy_step -j 8 --timeout 300 \
     --require-backend cuda >> "$OUT/check.log" 2>&1
   note "kdtr run rc=$?: $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$OUT/check.log" | tail -1)"
   echo "=== tools/va_check.py --backend cuda (every golden x --kernel auto simt mma wgmma)" >> "$OUT/check.log"

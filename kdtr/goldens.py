@@ -7,7 +7,7 @@ whose generator marks them ``tier = "cache"`` are too large to commit: they are 
 in the manifest with their hash and generated on demand into a cache directory.
 
 The configurations come from a :class:`kdtr.registry.Registry` passed in by the caller
-(``generators.REGISTRY`` for the ``kdtr`` command); this module never imports generators.
+(``kdtr.generators.REGISTRY`` for the ``kdtr`` command); this module never imports generators.
 """
 
 from __future__ import annotations

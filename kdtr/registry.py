@@ -5,7 +5,7 @@ config object with a ``seed``, a ``description`` and optionally ``tier``, ``"com
 or ``"cache"``) and ``generate(name) -> (tensors, metadata)``. The golden lifecycle
 (:mod:`kdtr.goldens`), the runner and the CLI receive a :class:`Registry` as an argument;
 nothing under kdtr/ imports the generators. The registry the ``kdtr`` command uses is
-``generators.REGISTRY`` (filled by generators/__init__.py).
+``kdtr.generators.REGISTRY`` (filled by kdtr/generators/__init__.py).
 """
 
 from __future__ import annotations

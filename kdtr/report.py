@@ -137,8 +137,8 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
 
 
 # Draws a failing tree_accept / greedy_step case as SVG next to its obtained output and
-# returns the file (or None). Set by runners/show.py when the CLI imports it: kdtr/ never
-# imports runners/, and without the hook the Markdown report simply has no picture links.
+# returns the file (or None). Set by kdtr/cli/show.py when the CLI imports it: kdtr/ never
+# imports kdtr/cli/, and without the hook the Markdown report simply has no picture links.
 case_svg: Callable[[CaseResult], Path | None] | None = None
 SVG_OPS = ("tree_accept", "greedy_step")
 

@@ -146,7 +146,7 @@ def golden_cases(
         raise GoldenError(f"tier {tier!r}: expected one of {', '.join(TIERS)}")
     if tier == "all" and registry is None:
         raise GoldenError("tier 'all': the second-tier goldens need the configuration registry "
-                          "(pass registry=generators.REGISTRY)")
+                          "(pass registry=kdtr.generators.REGISTRY)")
     try:
         found = discover(Path(golden_dir), second_tier=tier == "all", registry=registry)
         wanted = None if ops is None else set(ops)
@@ -177,7 +177,7 @@ def goldens(
         tier: ``"committed"`` (the files in git) or ``"all"`` (adds the second tier,
             generated on demand into ``golden_dir/.cache``; needs ``registry``).
         config: keep only the configurations matching this glob (``"wide*"``).
-        registry: the configuration registry (``generators.REGISTRY``), for ``tier="all"``.
+        registry: the configuration registry (``kdtr.generators.REGISTRY``), for ``tier="all"``.
 
     Raises:
         GoldenError: unknown op or no golden selected; no manifest; a golden not listed in

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import op_binary
-from runners.cli import main
+from kdtr.cli.main import main
 
 
 @pytest.fixture(scope="module")

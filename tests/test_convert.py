@@ -1,4 +1,4 @@
-"""``kdtr convert`` (kdtr/convert.py, runners/convert_cmd.py; docs/convert.md).
+"""``kdtr convert`` (kdtr/convert.py, kdtr/cli/convert_cmd.py; docs/convert.md).
 
 (a) Round trips KDTR -> npz -> KDTR and KDTR -> safetensors -> KDTR of every committed
     golden give the original file back, byte for byte (so the same tensors, dtypes, shapes,
@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 import kdtr
 from kdtr import convert as kconvert
-from runners.convert_cmd import convert as convert_cmd
+from kdtr.cli.convert_cmd import convert as convert_cmd
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -432,7 +432,7 @@ def test_without_safetensors_package(tmp_path, monkeypatch):
 
 
 def test_registered_in_the_kdtr_command():
-    from runners.cli import main
+    from kdtr.cli.main import main
     assert main.commands.get("convert") is convert_cmd
 
 

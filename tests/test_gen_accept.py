@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kdtr
-from generators import gen_accept_refs as gen
+from kdtr.generators import gen_accept_refs as gen
 from kdtr.ops.tree_accept import (
     STATUS_BAD_INDEX,
     STATUS_BAD_NODE_COUNT,
@@ -183,7 +183,7 @@ def test_greedy_step_invalid_rows_reach_negative_token():
     (row 4: tree_build passes it through) and a negative target token at a live slot (row 5);
     a negative draft id (row 3) is tree_build's NEGATIVE_ID, whose root-only tree accepts
     nothing and proposes target_predict[3][0]."""
-    from generators import gen_greedy_step_refs as gs
+    from kdtr.generators import gen_greedy_step_refs as gs
 
     x, _ = gs.generate("invalid_rows")
     assert x["expected.tree_build.status"].tolist() == [0, 3, 1, 6, 0, 0]
@@ -365,7 +365,7 @@ def test_wide_token_ids_golden_catches_ids_narrowed_to_32_bits(repo_root):
     child's id only in the low 32 bits. A walk comparing narrowed ids accepts more there."""
     import kdtr
     import numpy as np
-    from generators import gen_accept_refs as g
+    from kdtr.generators import gen_accept_refs as g
 
     def accepted(x, b, narrow):
         ids, nt, ns, want = (x[k][b] for k in ("node_token_ids", "next_token", "next_sibling", "target_predict"))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import kdtr
-from generators import REGISTRY
-from generators import gen_tree_build_refs as gen
+from kdtr.generators import REGISTRY
+from kdtr.generators import gen_tree_build_refs as gen
 from kdtr import goldens
 from kdtr.ops.tree_build import STATUS_NAMES
 
@@ -163,7 +163,7 @@ def test_near_ties_kill_other_sibling_score_evaluations(gens, how):
 
 
 def test_near_ties_kill_float32_scores(gens):
-    from generators.gen_tree_build_refs import grow_scored
+    from kdtr.generators.gen_tree_build_refs import grow_scored
 
     g = gens["near_ties"]
     differ = [r for r, (lp, ids, b, d) in enumerate(requests(g)) if grow_scored(lp, ids, b, d, "f32")
@@ -189,7 +189,7 @@ def test_status_precedence_golden_holds_the_first_status_of_the_contract_order(r
     """Each request of tree_build/status_precedence has several defects; the status is the
     first of the contract's order (docs/ops/tree_build.md), in the reference and the file."""
     import kdtr
-    from generators import gen_tree_build_refs as g
+    from kdtr.generators import gen_tree_build_refs as g
 
     tensors, _ = g.generate("status_precedence")
     assert tuple(int(s) for s in tensors["expected.status"]) == g.PRECEDENCE_STATUS

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import kdtr
-from generators import gen_verify_attn_refs as gen
+from kdtr.generators import gen_verify_attn_refs as gen
 from kdtr.compare import compare
 from kdtr.contract import Contract
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import generators
-from generators import gen_accept_refs
+import kdtr.generators
+from kdtr.generators import gen_accept_refs
 from kdtr import goldens
 from kdtr.ops import tree_accept as accept_op
-from runners.cli import main
+from kdtr.cli.main import main
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_regen_writes_identical_bytes(tmp_path, gdir):
 
 
 def test_check_detects_a_metadata_reorder(gdir, monkeypatch):
-    entry = generators.REGISTRY.entry("tree_accept")
+    entry = kdtr.generators.REGISTRY.entry("tree_accept")
     real = entry.generate
 
     def reordered(name):

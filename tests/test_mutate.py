@@ -1,4 +1,4 @@
-"""kdtr mutate (runners/mutate.py, docs/mutation.md): the catalogue's schema and that every
+"""kdtr mutate (kdtr/cli/mutate.py, docs/mutation.md): the catalogue's schema and that every
 entry still applies to today's code, the generic pass's line selection and sampling, the
 scoring, and one end-to-end run over a small catalogue whose outcomes are known."""
 
@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from kdtr import goldens
-from runners import mutate as mut
-from runners.cli import main
+from kdtr.cli import mutate as mut
+from kdtr.cli.main import main
 
 from conftest import REPO_ROOT
 
@@ -242,7 +242,7 @@ def test_sigterm_stops_the_run_promptly_and_writes_no_report(tmp_path):
     shutil.copy2(REPO_ROOT / "golden" / "tree_accept" / "default.kdtr", gdir / "tree_accept" / "default.kdtr")
     goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
     rdir = tmp_path / "reports"
-    proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "mutate", "--catalogue-dir", str(cat), "-j", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "kdtr.cli", "mutate", "--catalogue-dir", str(cat), "-j", "1",
                              "--golden-dir", str(gdir), "--report-dir", str(rdir)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
     time.sleep(6)

@@ -33,7 +33,7 @@ from kdtr.ops import OPS
 from kdtr.ops.tree_accept import STATUS_BAD_INDEX, tree_accept
 from kdtr.ops.tree_build import tree_build
 from kdtr.ops.verify_attn import verify_attn
-from runners.cli import main
+from kdtr.cli.main import main
 
 NAN, INF = float("nan"), float("inf")
 
@@ -180,7 +180,7 @@ def input3() -> dict[str, np.ndarray]:
 
 
 def test_input3_sibling_score_reference_and_cpu(tmp_path, repo_root):
-    from generators.gen_tree_build_refs import grow_scored
+    from kdtr.generators.gen_tree_build_refs import grow_scored
 
     x = input3()
     ref = tree_build(**x, n_max=4).as_dict()

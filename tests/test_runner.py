@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import kdtr
 from kdtr import goldens, runner
-from runners.cli import main
+from kdtr.cli.main import main
 
 # A stand-in for build/bin/kdtr_tree_accept: computes the reference, or misbehaves on
 # request (FAKE_MODE=<config>:<mode>). Written in Python so no compiler is needed.
@@ -313,7 +313,7 @@ def test_reports_are_world_readable(env):
 def test_console_script_usage_errors_are_one_line(args, repo_root):
     import subprocess
 
-    p = subprocess.run([sys.executable, "-c", "from runners.cli import entry; entry()", *args],
+    p = subprocess.run([sys.executable, "-c", "from kdtr.cli.main import entry; entry()", *args],
                        capture_output=True, text=True, cwd=repo_root, timeout=60)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "error" in p.stderr, p.stderr
@@ -363,7 +363,7 @@ def test_ctrl_c_stops_the_run_and_its_binaries(env, repo_root):
     # in the background of a non-interactive shell (`cmd &`) inherits SIGINT ignored, and a
     # Python started with SIGINT ignored keeps ignoring it.
     p = subprocess.Popen(
-        [sys.executable, "-c", "from runners.cli import entry; entry()", "run", "--golden-dir", str(gdir),
+        [sys.executable, "-c", "from kdtr.cli.main import entry; entry()", "run", "--golden-dir", str(gdir),
          "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"), "--backend", "cpu", "-j", "1"],
         cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: _signal.signal(_signal.SIGINT, _signal.SIG_DFL))

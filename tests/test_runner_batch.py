@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import kdtr
 from conftest import op_binary
 from kdtr import runner
-from runners.cli import main
+from kdtr.cli.main import main
 from test_runner import relist
 
 # A stand-in for build/bin/kdtr_tree_accept that speaks batch mode (docs/binaries.md).

@@ -20,11 +20,11 @@ import pytest
 from click.testing import CliRunner
 from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
 
-import generators
+import kdtr.generators
 import kdtr
 from kdtr import goldens, report, runner
 from kdtr.text import printable
-from runners.cli import main
+from kdtr.cli.main import main
 
 ESC_NAME = "x\x1b[31mRED\x1b[0m\nFORGED ROW"
 
@@ -34,7 +34,7 @@ def _no_raw_controls(text: str) -> None:
 
 
 def _cli(repo_root, *args, timeout=60, **kw):
-    return subprocess.run([sys.executable, "-c", "from runners.cli import entry; entry()", *args],
+    return subprocess.run([sys.executable, "-c", "from kdtr.cli.main import entry; entry()", *args],
                           capture_output=True, text=True, cwd=repo_root, timeout=timeout, **kw)
 
 
@@ -116,7 +116,7 @@ def test_two_concurrent_runs_never_judge_each_others_outputs(env, repo_root):  #
     args = ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
             "--backend", "cpu", "-j", "2"]
     env_wrong = dict(os.environ, FAKE_MODE=",".join(f"{p.stem}:wrong" for p in gdir.glob("tree_accept/*.kdtr")))
-    procs = [subprocess.Popen([sys.executable, "-c", "from runners.cli import entry; entry()", *args], cwd=repo_root,
+    procs = [subprocess.Popen([sys.executable, "-c", "from kdtr.cli.main import entry; entry()", *args], cwd=repo_root,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
              for e in (dict(os.environ), env_wrong)]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -161,7 +161,7 @@ def test_interrupted_regen_leaves_the_old_set_whole(tmp_path, repo_root):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        goldens.regenerate(gdir, generators.REGISTRY, on_config=stop)
+        goldens.regenerate(gdir, kdtr.generators.REGISTRY, on_config=stop)
     after = {p.relative_to(gdir): p.read_bytes() for p in gdir.rglob("*") if p.is_file()}
     assert after == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["golden"]  # no staging left
@@ -218,7 +218,7 @@ def test_every_signal_that_ends_the_run_ends_its_binaries(env, repo_root, sig): 
     pidfile = tmp_path / "pids"
     _shim(bdir, f"#!/bin/sh\necho $$ >> {pidfile}\nexec sleep 30\n")
     p = subprocess.Popen(
-        [sys.executable, "-c", "from runners.cli import entry; entry()", "run", "--golden-dir", str(gdir),
+        [sys.executable, "-c", "from kdtr.cli.main import entry; entry()", "run", "--golden-dir", str(gdir),
          "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"), "--backend", "cpu", "-j", "2"],
         cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(200):
@@ -367,7 +367,7 @@ def test_inspect_shows_all_nan_and_u64_max_exactly(tmp_path):
 
 
 def test_regen_reports_progress_for_every_config(tmp_path, monkeypatch):
-    few = generators.REGISTRY.subset("tree_accept/chain", "tree_accept/wide")
+    few = kdtr.generators.REGISTRY.subset("tree_accept/chain", "tree_accept/wide")
     seen = []
     goldens.regenerate(tmp_path / "golden", few, on_config=lambda op, c, i, n: seen.append((op, c, i, n)))
     assert seen == [("tree_accept", "wide", 0, 2), ("tree_accept", "chain", 1, 2)]  # the registry's order
@@ -405,7 +405,7 @@ def test_regen_check_escapes_file_names(tmp_path, repo_root, monkeypatch):
     gdir = tmp_path / "golden"
     (gdir / "tree_accept").mkdir(parents=True)
     shutil.copy(repo_root / "golden" / "tree_accept" / "chain.kdtr", gdir / "tree_accept" / "bad\x1b[2J\nFORGED.kdtr")
-    monkeypatch.setattr(generators, "REGISTRY", generators.REGISTRY.subset("tree_accept/chain"))
+    monkeypatch.setattr(generators, "REGISTRY", kdtr.generators.REGISTRY.subset("tree_accept/chain"))
     r = CliRunner().invoke(main, ["regen", "--check", "--golden-dir", str(gdir)], catch_exceptions=False)
     assert r.exit_code == 1
     _no_raw_controls(r.output)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import kdtr
 from kdtr.ops.tree_accept import tree_accept
-from runners.cli import main
+from kdtr.cli.main import main
 from test_runner import FAKE, relist, report_cases
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import kdtr
 from conftest import op_binary
-from generators.trees import random_tree, synth_target_predict
+from kdtr.generators.trees import random_tree, synth_target_predict
 from kdtr.ops.tree_accept import (
     STATUS_BAD_INDEX,
     STATUS_BAD_NODE_COUNT,

@@ -9,7 +9,7 @@ few, simple requests); the bulk values of a request come from numpy seeded by th
 own seed (so a request does not change when others are shrunk away). Strategies:
 
 * ``random``: drafter-like sorted rows, ``-abs(normal) * scale`` over scales 1e-6 .. 1e3 and
-  softmax top-k of a gamma-distributed vocabulary slice (generators/gen_tree_build_refs.py),
+  softmax top-k of a gamma-distributed vocabulary slice (kdtr/generators/gen_tree_build_refs.py),
   D up to 8, K up to 32, N up to 300, budgets 0..N, depth limits 0..D.
 * ``ties``: log-probs from small sets ({0, -0.5, -1, -2}, {0, -0.25}, {0, -0.0, ...}, all-zero
   rows, one negative value everywhere) and quantized rows: equal scores everywhere, so the
@@ -56,7 +56,7 @@ from hypothesis import strategies as st
 
 import kdtr
 from conftest import REPO_ROOT, op_binary
-from generators.gen_tree_build_refs import NEAR_TIE_ORDINARY, NEAR_TIE_TINY, drafter_rows
+from kdtr.generators.gen_tree_build_refs import NEAR_TIE_ORDINARY, NEAR_TIE_TINY, drafter_rows
 from kdtr.ops.tree_build import OUTPUTS, STATUS_NAMES, tree_build
 
 KERNELS = ("heap", "select", "auto")

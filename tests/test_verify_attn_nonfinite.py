@@ -23,7 +23,7 @@ import pytest
 
 import kdtr
 from conftest import op_binary
-from generators import gen_verify_attn_refs as gen
+from kdtr.generators import gen_verify_attn_refs as gen
 from kdtr.ops.verify_attn import verify_attn, verify_attn_f64
 
 NAN, INF = float("nan"), float("inf")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kdtr
-from generators import gen_verify_attn_refs as gen
+from kdtr.generators import gen_verify_attn_refs as gen
 from kdtr.ops.verify_attn import sm_scale_mla, verify_attn, verify_attn_f64
 
 

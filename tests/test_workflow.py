@@ -205,7 +205,7 @@ def test_gpu_job_runs_cuda_on_the_self_hosted_runner():
     assert cmds.index("make build venv") < cmds.index(GPU_COMMAND)
     assert gpu["steps"][0]["uses"].startswith("actions/checkout@")
     # the options exist and parse as the CLI defines them
-    from runners.cli import main
+    from kdtr.cli.main import main
     args = GPU_COMMAND.split()[2:]
     ctx = main.commands["run"].make_context("run", args)
     assert ctx.params["backends"] == ("cuda",) and ctx.params["required"] == ("cuda",)

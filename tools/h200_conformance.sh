@@ -26,7 +26,7 @@ if [[ " $STEPS " == *" build "* ]]; then
   make -j8 $targets 2>&1 | tee "$OUT/build.log" || exit 1
 fi
 if [[ " $STEPS " == *" run "* ]]; then
-  python3 -m runners.cli run -j 8 --timeout 300 --require-backend cuda --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
+  python3 -m kdtr.cli run -j 8 --timeout 300 --require-backend cuda --tier "${KDTR_TIER:-committed}" $only 2>&1 | tee "$OUT/run.log"
   cp reports/conformance.md "$OUT/conformance.md"
   cp reports/junit.xml "$OUT/junit.xml"
   python3 tools/error_table.py reports/conformance.json > "$OUT/errors.md"
@@ -41,7 +41,7 @@ fails=0
 # report is attributed to its golden (a CRASH naming the sanitizer's first error line).
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
   start=$(date +%s.%N)
-  python3 -m runners.cli run -j 8 --timeout 600 --backend cuda --require-backend cuda --sanitizer "$tool" \
+  python3 -m kdtr.cli run -j 8 --timeout 600 --backend cuda --require-backend cuda --sanitizer "$tool" \
     --report-dir "/tmp/san-$tool" $only > "/tmp/san-$tool.log" 2>&1
   rc=$?
   end=$(date +%s.%N)

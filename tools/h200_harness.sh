@@ -27,7 +27,7 @@ fi
 if has check; then
   # statuses, reasons and outputs of the two modes must agree case by case
   for mode in batch no-batch; do
-    python3 -m runners.cli run --backend cuda --require-backend cuda --device 0 --$mode \
+    python3 -m kdtr.cli run --backend cuda --require-backend cuda --device 0 --$mode \
       --report-dir "/tmp/rep-$mode" 2>&1 | tail -3 | tee -a "$log"
   done
   python3 - <<'PY' 2>&1 | tee -a "$log"
@@ -46,7 +46,7 @@ fi
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 if has multi && [ "$ngpu" -gt 1 ]; then
   python3 bench/bench_harness.py --backend cuda --device all --repeat ${REPEAT:-3} --no-single 2>&1 | tee -a "$log"
-  python3 -m runners.cli run --backend cuda --require-backend cuda --device all --report-dir /tmp/rep-all 2>&1 \
+  python3 -m kdtr.cli run --backend cuda --require-backend cuda --device all --report-dir /tmp/rep-all 2>&1 \
     | tail -3 | tee -a "$log"
   python3 -c "import json,collections; c=json.load(open('/tmp/rep-all/conformance.json'))['cases']; \
 print('cases per device:', dict(collections.Counter(x['device'] for x in c)))" 2>&1 | tee -a "$log"

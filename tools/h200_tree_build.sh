@@ -28,7 +28,7 @@ if has build; then
   cuobjdump -res-usage build/bin/kdtr_tree_build 2>&1 | grep -A1 -i "tree_build" >> "$OUT/build.log" || true
 fi
 if has check; then
-  python3 -m runners.cli run -j 8 --timeout 300 --require-backend cuda --tier all --only tree_build --only greedy_step \
+  python3 -m kdtr.cli run -j 8 --timeout 300 --require-backend cuda --tier all --only tree_build --only greedy_step \
     2>&1 | tail -25 > "$OUT/run.log"
   cp reports/conformance.md "$OUT/conformance.md"
   python3 tools/tb_check.py --backend cuda --kernel heap --kernel select golden/tree_build/*.kdtr 2>&1 | tee "$OUT/kernels.log"

@@ -195,7 +195,7 @@ SPEC = register_op(OpSpec(
         TensorSpec("d_v", "i32", ()),
     ),
     # The fp32 floor; each golden carries its own tolerances, computed from its data
-    # (generators/gen_verify_attn_refs.tolerances, docs/ops/verify_attn.md "Tolerances").
+    # (kdtr/generators/gen_verify_attn_refs.tolerances, docs/ops/verify_attn.md "Tolerances").
     outputs=(
         TensorSpec("out", "f32", ("B", "T", "H", "Dv"), Contract("allclose", atol=1e-5, rtol=0.0)),
         TensorSpec("lse", "f32", ("B", "T", "H"), Contract("allclose", atol=1e-5, rtol=0.0)),

@@ -7,7 +7,7 @@ config with a ``seed`` and a ``description``) and ``generate(name) -> (tensors, 
 reference) plus metadata with the comparison contract of every expected output.
 
 :data:`REGISTRY` holds every module's configurations, registered against the op specs;
-the ``kdtr`` command (runners/cli.py) passes it to :mod:`kdtr.goldens` and
+the ``kdtr`` command (kdtr/cli/main.py) passes it to :mod:`kdtr.goldens` and
 :mod:`kdtr.runner`, which never import this package.
 """
 

@@ -11,7 +11,7 @@ Malformed trees (cycles, links out of range, a bad node_count) are drawn, not fo
 every slot is drawn at most once and a bad link becomes a ⚠ node, so a drawing always ends.
 
 :func:`case_svg` is the hook the Markdown report calls (``kdtr.report.case_svg``, set when
-this module is imported: ``kdtr/`` never imports ``runners/``) to draw a failing
+this module is imported: ``kdtr/`` never imports ``kdtr/cli/``) to draw a failing
 tree_accept / greedy_step case next to its obtained output.
 """
 

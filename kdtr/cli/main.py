@@ -35,11 +35,11 @@ from kdtr.errors import KdtrError
 from kdtr.status import Status
 from kdtr.text import printable
 
-from runners.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
+from kdtr.cli.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
 
-from runners.convert_cmd import convert as convert_command  # kdtr convert
+from kdtr.cli.convert_cmd import convert as convert_command  # kdtr convert
 
-import generators  # the configuration registry (generators.REGISTRY): kdtr/ itself never imports generators
+import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY): the core of kdtr/ never imports it
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
 console = Console(highlight=False, soft_wrap=True,
@@ -144,9 +144,9 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
         for b in required:
             if b not in backends:
                 raise runner.UsageError(f"--require-backend {b}: not among the chosen backends ({', '.join(backends)})")
-        found = runner.discover(gdir, second_tier=tier == "all", registry=generators.REGISTRY)
+        found = runner.discover(gdir, second_tier=tier == "all", registry=kdtr.generators.REGISTRY)
         found, problems = runner.check_manifest(gdir, found)
-        chosen = runner.select(found, only, known_ops=set(generators.REGISTRY.ops()) | {g[0] for g in found})
+        chosen = runner.select(found, only, known_ops=set(kdtr.generators.REGISTRY.ops()) | {g[0] for g in found})
         cases = runner.select_cases(runner.plan(chosen, backends), only)
         cases = runner.shard(cases, shard)
         if not cases:
@@ -255,7 +255,7 @@ def regen(check, golden_dir) -> None:
     if check:
         if not gdir.is_dir():
             fail_usage(f"golden directory {gdir} does not exist")
-        rep = goldens.check(gdir, generators.REGISTRY)
+        rep = goldens.check(gdir, kdtr.generators.REGISTRY)
         for d in rep.drifts:
             console.print(f"[red]DRIFT[/] {escape(printable(d))}")
         if rep.ok:
@@ -266,7 +266,7 @@ def regen(check, golden_dir) -> None:
     try:
         with Progress(TextColumn("[bold]kdtr regen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.description}"), console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(generators.REGISTRY.all_configs()))
+            task = progress.add_task("", total=len(kdtr.generators.REGISTRY.all_configs()))
 
             def on_config(op: str, config: str, i: int, n: int) -> None:
                 progress.update(task, completed=i, description=f"{op}/{config}")
@@ -274,7 +274,7 @@ def regen(check, golden_dir) -> None:
                     console.print(f"regen [{i + 1}/{n}] {op}/{config}", markup=False)
 
             runner.install_signal_handlers()  # SIGTERM/SIGHUP: staging removed, old set kept
-            manifest = goldens.regenerate(gdir, generators.REGISTRY, on_config=on_config)
+            manifest = goldens.regenerate(gdir, kdtr.generators.REGISTRY, on_config=on_config)
     except runner.Terminated as exc:
         click.echo(f"kdtr: {exc.args[0]}: regen stopped; {gdir} is unchanged", err=True)
         sys.exit(128 + exc.signum)
@@ -399,7 +399,7 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
 
     Exit 1 if a catalogue mutant survives (or does not compile, or is wrongly declared
     equivalent), or a generic survivor is not triaged as equivalent."""
-    from runners import mutate as mut
+    from kdtr.cli import mutate as mut
 
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
@@ -429,7 +429,7 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
             try:
                 console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
                 ws = mut.Workspace(root, Path(tmp), cxxflags)
-                plan = mut.prepare(root, gdir, ws, registry=generators.REGISTRY)
+                plan = mut.prepare(root, gdir, ws, registry=kdtr.generators.REGISTRY)
             except (RuntimeError, runner.UsageError) as exc:
                 fail_usage(printable(str(exc)))
                 return
@@ -490,7 +490,7 @@ def list_(golden_dir) -> None:
     for col in ("op", "config", "tier", "golden", "size", "binary"):
         table.add_column(col, no_wrap=True)
     table.add_column("description", overflow="fold")
-    for op_configs in generators.REGISTRY.entries():
+    for op_configs in kdtr.generators.REGISTRY.entries():
         op = op_configs.op
         has_bin = "built" if (bin_dir / f"kdtr_{op}").exists() else "[yellow]not built[/]"
         for name, cfg in op_configs.configs.items():

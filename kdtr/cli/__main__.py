@@ -1,0 +1,5 @@
+"""``python -m kdtr.cli``: the ``kdtr`` command without the console script."""
+
+from kdtr.cli.main import entry
+
+entry()
