@@ -163,7 +163,17 @@ _ENTRY_KIND_SHAPE = tuple(struct.Struct(f"<BB{n}Q") for n in range(MAX_NDIM + 1)
 _PLACE = struct.Struct("<QQI")
 _META_INT_HEAD, _META_FLOAT_HEAD, _META_STRING_HEAD = bytes([META_INT]), bytes([META_FLOAT]), bytes([META_STRING])
 _ITEMSIZE_BY_CODE = {c: d.itemsize for c, d in DTYPE_BY_CODE.items()}
-_NUMPY_BY_CODE = {c: d.numpy for c, d in DTYPE_BY_CODE.items()}
+
+
+class _NumpyByCode(dict):
+    """dtype code -> numpy dtype; bf16's entry (which imports ml_dtypes) made on first use."""
+
+    def __missing__(self, code: int) -> np.dtype:
+        dt = self[code] = DTYPE_BY_CODE[code].numpy
+        return dt
+
+
+_NUMPY_BY_CODE = _NumpyByCode({c: d._numpy for c, d in DTYPE_BY_CODE.items() if d._numpy is not None})
 
 
 @dataclass(frozen=True)
@@ -847,8 +857,10 @@ def _as_array(path: str, where: str, value: Any) -> np.ndarray:
 
 
 _CODE_CACHE: dict[np.dtype, int] = {}
-# dtype -> code for the dtypes the writer stores as they are (little-endian), bool left out
-_STORED_CODE: dict[np.dtype, int] = {d.numpy: c for c, d in DTYPE_BY_CODE.items() if c != _BOOL_CODE}
+# dtype -> code for the dtypes the writer stores as they are (little-endian), bool left out;
+# bf16 joins when _code_of first meets it (ml_dtypes is imported only where bf16 is used)
+_STORED_CODE: dict[np.dtype, int] = {d._numpy: c for c, d in DTYPE_BY_CODE.items()
+                                     if c != _BOOL_CODE and d._numpy is not None}
 
 
 def _code_of(dt: np.dtype) -> int | None:
@@ -862,6 +874,8 @@ def _code_of(dt: np.dtype) -> int | None:
     if code is not None and len(_CODE_CACHE) < 256:  # only KDTR dtypes: the cache stays small
         try:
             _CODE_CACHE[dt] = code
+            if code != _BOOL_CODE and dt == DTYPE_BY_CODE[code].numpy:  # bf16, first met
+                _STORED_CODE.setdefault(dt, code)
         except TypeError:
             pass
     return code

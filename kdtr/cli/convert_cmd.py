@@ -10,7 +10,6 @@ import sys
 
 import click
 
-from kdtr import convert as kconvert
 from kdtr.errors import KdtrError
 from kdtr.text import printable
 
@@ -34,6 +33,8 @@ def convert(src: str, dst: str, force: bool, compress: bool) -> None:
     back (docs/convert.md). DST is written atomically and never replaced without --force.
     Exit 2 with one line naming the file and the tensor or field on any refusal.
     """
+    from kdtr import convert as kconvert  # here, not at import: it imports ml_dtypes (slow)
+
     try:
         kconvert.check_paths(src, dst, force=force, compress=compress)
     except kconvert.ConvertError as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
+from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
 import numpy as np
 
 from kdtr.ops import tree_build as build_op
@@ -107,7 +107,7 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     # attention inputs over the reference tree: prefix + one latent KV row per tree slot
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
     s = int((prefix + t).max())
-    dt = np.float32 if cfg.dtype == "f32" else ml_dtypes.bfloat16
+    dt = np.float32 if cfg.dtype == "f32" else bfloat16()
     q = rng.standard_normal((b, t, cfg.heads, cfg.dqk)).astype(dt)
     kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
     attn_gen.poison(None if cfg.finite_padding else q, kv, None, prefix, tree_len)  # visibility: from tree_build

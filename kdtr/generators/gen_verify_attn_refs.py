@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
+from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
 import numpy as np
 
 from kdtr.contract import Contract
@@ -302,7 +302,7 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
     tree_len = np.array([cfg.tree_len[r % len(cfg.tree_len)] if cfg.tree_len else t for r in range(b)], np.int32)
     s = int((prefix + t).max())
-    dt = np.float32 if cfg.dtype == "f32" else ml_dtypes.bfloat16
+    dt = np.float32 if cfg.dtype == "f32" else bfloat16()
     q = (rng.standard_normal((b, t, cfg.heads, cfg.dqk)) * cfg.q_scale).astype(dt)
     kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
     vis = np.zeros((b, t, t), np.uint8)
