@@ -17,8 +17,6 @@ Binary exit codes are documented in docs/binaries.md.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import fcntl
 import fnmatch
 import json
@@ -38,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import children
 from . import format as kformat
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
@@ -387,51 +386,12 @@ def _device_of(case: Case, cfg: RunConfig) -> int | None:
     return cfg.device if case.device is None else case.device
 
 
-_ACTIVE: set[subprocess.Popen] = set()
-_ACTIVE_LOCK = threading.Lock()
-_STOPPING = threading.Event()  # set when a run is being interrupted: start no more binaries
-
-
-class Terminated(BaseException):
-    """Raised in the main thread when SIGTERM or SIGHUP ends the run (as KeyboardInterrupt
-    for SIGINT): :func:`run_all` kills the running binaries on its way out."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, _frame: Any) -> None:
-    raise Terminated(signum)
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM and SIGHUP (a CI cancel, a closed terminal) end the run the way Ctrl-C does:
-    queued cases dropped, running binaries' process groups killed. Main thread only."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
-
-
-# Linux: a binary gets SIGKILL when the runner dies, even by SIGKILL (prctl PR_SET_PDEATHSIG).
-_PR_SET_PDEATHSIG = 1
-try:
-    _prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
-
-
-def _child_setup(parent_pid: int) -> None:  # runs in the child between fork and exec
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the runner died before the line above took effect
-        os._exit(137)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+# The child-process rules (own process group, registered, killed whole on interruption)
+# live in kdtr.children, shared with kdtr mutate and regen; these names are kept here.
+from .children import (_ACTIVE, _ACTIVE_LOCK, _STOPPING, Terminated, _prctl,  # noqa: E402,F401
+                       install_signal_handlers)
+from .children import child_setup as _child_setup  # noqa: E402
+from .children import kill_group as _kill_group  # noqa: E402
 
 
 @dataclass
@@ -455,14 +415,8 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
     (for a binary that prints none, the whole run). On timeout the whole group is killed
     (a wrapper script or a sanitizer leaves no orphans) and ``returncode`` is None.
     """
-    parent = os.getpid()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True,
-                            preexec_fn=(lambda: _child_setup(parent)) if _prctl is not None else None)
-    with _ACTIVE_LOCK:
-        _ACTIVE.add(proc)
-        if _STOPPING.is_set():  # started while the run was being interrupted
-            _kill_group(proc)
+    # own process group, registered, killed at once if the run is being interrupted
+    proc = children.spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out_keep, err_keep, pending = bytearray(), bytearray(), bytearray()
     sel = selectors.DefaultSelector()
     timed_out = False
@@ -892,7 +846,7 @@ def run_all(
     result arrives.
     """
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    _STOPPING.clear()
+    children.reset()
     results: dict[Case, CaseResult] = {}
     arrived: queue.Queue[CaseResult] = queue.Queue()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -946,10 +900,7 @@ def run_all(
                 on_done(r)
     except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued cases, kill the running binaries
         pool.shutdown(wait=False, cancel_futures=True)
-        with _ACTIVE_LOCK:
-            _STOPPING.set()
-            for proc in list(_ACTIVE):
-                _kill_group(proc)
+        children.stop_all()
         raise
     pool.shutdown(wait=True)
     return [results[c] for c in cases]

@@ -13,6 +13,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kdtr import format as kformat
-from kdtr import goldens, report, runner
+from kdtr import children, goldens, report, runner
 from kdtr.compare import compare
 from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype
@@ -255,7 +256,12 @@ def regen(check, golden_dir) -> None:
     if check:
         if not gdir.is_dir():
             fail_usage(f"golden directory {gdir} does not exist")
-        rep = goldens.check(gdir, kdtr.generators.REGISTRY)
+        children.install_signal_handlers()  # SIGTERM/SIGHUP: the scratch regeneration removed on the way out
+        try:
+            rep = goldens.check(gdir, kdtr.generators.REGISTRY)
+        except (children.Terminated, KeyboardInterrupt) as exc:
+            click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: regen --check stopped", err=True)
+            sys.exit(128 + children.signal_number(exc))
         for d in rep.drifts:
             console.print(f"[red]DRIFT[/] {escape(printable(d))}")
         if rep.ok:
@@ -275,9 +281,10 @@ def regen(check, golden_dir) -> None:
 
             runner.install_signal_handlers()  # SIGTERM/SIGHUP: staging removed, old set kept
             manifest = goldens.regenerate(gdir, kdtr.generators.REGISTRY, on_config=on_config)
-    except runner.Terminated as exc:
-        click.echo(f"kdtr: {exc.args[0]}: regen stopped; {gdir} is unchanged", err=True)
-        sys.exit(128 + exc.signum)
+    except (children.Terminated, KeyboardInterrupt) as exc:
+        click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: regen stopped; {gdir} is unchanged",
+                   err=True)
+        sys.exit(128 + children.signal_number(exc))
     except ValueError as exc:
         fail_usage(str(exc))
         return
@@ -405,33 +412,36 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
     gdir = _root_path(golden_dir, root / "golden")
     rdir = _root_path(report_dir, root / "reports")
     generic_note = ""
+    children.install_signal_handlers()  # from here SIGTERM / SIGHUP raise children.Terminated
     try:
-        cdir = _root_path(catalogue_dir, root / mut.CATALOGUE_DIR)
-        mutants = mut.load_catalogue(root, cdir) if catalogue else []
-        triage = mut.load_triage(root, cdir)
-        if generic:
-            everything = mut.generic_mutants(root)
-            picked = mut.sample(everything, sample, seed)
-            generic_note = (f"{len(picked)} of {len(everything)} universalmutator mutants "
-                            f"({'all' if not sample else f'sample of {sample} per op, seed {seed}'})")
-            mutants += picked
-    except (mut.CatalogueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
-        fail_usage(printable(str(exc)))
-        return
-    mutants = mut.select(mutants, only)
-    if not mutants:
-        fail_usage("no mutant selected (check --only and --catalogue/--generic)")
-        return
-    t0 = time.monotonic()
-    runner.install_signal_handlers()  # from here SIGTERM / SIGHUP raise runner.Terminated
-    with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
         try:
+            cdir = _root_path(catalogue_dir, root / mut.CATALOGUE_DIR)
+            mutants = mut.load_catalogue(root, cdir) if catalogue else []
+            triage = mut.load_triage(root, cdir)
+            if generic:
+                everything = mut.generic_mutants(root)
+                picked = mut.sample(everything, sample, seed)
+                generic_note = (f"{len(picked)} of {len(everything)} universalmutator mutants "
+                                f"({'all' if not sample else f'sample of {sample} per op, seed {seed}'})")
+                mutants += picked
+        except (mut.CatalogueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
+            fail_usage(printable(str(exc)))
+            return
+        mutants = mut.select(mutants, only)
+        if not mutants:
+            fail_usage("no mutant selected (check --only and --catalogue/--generic)")
+            return
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
             try:
                 console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
                 ws = mut.Workspace(root, Path(tmp), cxxflags)
                 plan = mut.prepare(root, gdir, ws, registry=kdtr.generators.REGISTRY)
             except (RuntimeError, runner.UsageError) as exc:
                 fail_usage(printable(str(exc)))
+                return
+            except OSError as exc:  # make not found, an unreadable source or cache file
+                fail_usage(printable(f"{exc.filename or 'the unmutated build'}: {exc.strerror or exc}"))
                 return
             with Progress(TextColumn("[bold]kdtr mutate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           TextColumn("{task.description}"), console=console, transient=True) as progress:
@@ -447,12 +457,11 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
                 results = mut.run([m for m in mutants if m.id not in generic_ids], ws, plan, jobs, done)
                 results += mut.run([m for m in mutants if m.id in generic_ids], ws, plan, jobs, done,
                                    own_op_only=True)
-        except (runner.Terminated, KeyboardInterrupt) as exc:
-            mut.stop_builds()
-            signum = exc.signum if isinstance(exc, runner.Terminated) else 2
-            click.echo(f"kdtr: {exc.args[0] if exc.args else 'SIGINT'}: mutation run stopped, its builds killed; "
-                       "no report written", err=True)
-            sys.exit(128 + signum)
+    except (children.Terminated, KeyboardInterrupt) as exc:
+        children.stop_all()  # every build, compiler and test binary still running (each in its own group)
+        click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: mutation run stopped, its builds "
+                   "and binaries killed; no report written", err=True)
+        sys.exit(128 + children.signal_number(exc))
     env = report.environment()
     env["commit"] = report.git_commit(root)
     env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdtr import runner
+from kdtr import children, runner
 from kdtr.status import FAILING, Status
 
 try:
@@ -250,8 +250,10 @@ def generic_mutants(root: Path, files: Iterable[str] = GENERIC_FILES) -> list[Mu
             (Path(tmp) / "lines.txt").write_text("\n".join(map(str, code_lines(text))) + "\n")
             mdir = Path(tmp) / "mutants"
             mdir.mkdir()
-            subprocess.run([tool, src.name, "cpp", "--noCheck", "--lines", "lines.txt", "--mutantDir", "mutants"],
-                           cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cmd = [tool, src.name, "cpp", "--noCheck", "--lines", "lines.txt", "--mutantDir", "mutants"]
+            r = children.run_captured(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if r.returncode != 0:
+                raise subprocess.CalledProcessError(r.returncode, cmd)
             seen: set[tuple[int, str]] = set()
             per_line: dict[int, int] = {}
             for mfile in sorted(mdir.iterdir(), key=lambda p: int(re.findall(r"\d+", p.name)[-1])):
@@ -330,38 +332,25 @@ class MutantResult:
                 "seconds": round(self.seconds, 2)}
 
 
-_ACTIVE: set[subprocess.Popen] = set()
-_ACTIVE_LOCK = threading.Lock()
-_STOP = threading.Event()  # set when a run is interrupted: start no more builds
-
-
 def _make(cwd: Path, targets: list[str], cxxflags: str | None) -> subprocess.CompletedProcess:
+    """``make -s NO_CUDA=1 BUILD=build TARGETS`` in ``cwd``, output captured, in its own
+    process group (kdtr.children): an interruption kills make and every compiler it runs.
+
+    Raises:
+        runner.Terminated: the run is being interrupted (no build starts).
+        OSError: make cannot be started.
+    """
     cmd = ["make", "-s", "NO_CUDA=1", "BUILD=build", *targets]
     if cxxflags is not None:
         cmd.append(f"CXXFLAGS={cxxflags}")
-    with _ACTIVE_LOCK:
-        if _STOP.is_set():
-            raise runner.Terminated(signal.SIGTERM)
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)  # its own group: killed whole on interruption
-        _ACTIVE.add(proc)
-    try:
-        out, err = proc.communicate()
-    finally:
-        with _ACTIVE_LOCK:
-            _ACTIVE.discard(proc)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if children.stopping():
+        raise runner.Terminated(signal.SIGTERM)
+    return children.run_captured(cmd, cwd=cwd)
 
 
 def stop_builds() -> None:
-    """Kill every running mutant build and start no more (an interrupted run)."""
-    with _ACTIVE_LOCK:
-        _STOP.set()
-        for proc in list(_ACTIVE):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    """Kill every running build and test binary, and start no more (an interrupted run)."""
+    children.stop_all()
 
 
 def _digest(path: Path) -> str:
@@ -528,14 +517,16 @@ def run(mutants: list[Mutant], ws: Workspace, plan: Plan, jobs: int,
             on_done(r)
         return r
 
-    _STOP.clear()
+    children.reset()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = [pool.submit(one, m) for m in mutants]
         results = [f.result() for f in futures]
-    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued mutants, kill the builds
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop_builds()
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued mutants, kill builds and binaries
+        children.stop_all()
+        # The workers end at once (their children are dead, new ones die at birth): wait
+        # for them, so none writes into the scratch directory after its removal.
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
     return results
