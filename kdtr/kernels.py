@@ -22,6 +22,15 @@ per op::
   C-contiguity; a violation is a ``ValueError`` naming the op and the argument. So are the
   values the kernels trust (verify_attn's ``prefix_len`` / ``tree_len``, ``d_v``; for CUDA
   the [B] length tensors are copied to the host for that check).
+- Before anything is allocated, the bytes of every output of the call, all together
+  (tree_build's visibility alone is B * T * T for T = max_budget + 1), are checked against
+  :func:`kdtr.limits.max_output_bytes` (``$KDTR_MAX_OUTPUT_BYTES``, 4 GiB by default), and
+  for ``device="cpu"`` the CPU backend's scratch (tree_build's is sized by max_budget even
+  for B = 0) against :func:`kdtr.limits.max_scratch_bytes`, as the binaries do: a
+  ``ValueError`` naming the op and the argument, e.g. ``tree_build: max_budget: outputs
+  would need 10002600033 bytes (9.32 GiB) for B = 1, T = max_budget + 1 = 100001, over the
+  limit of 4294967296 bytes (4 GiB); set KDTR_MAX_OUTPUT_BYTES to a larger byte count to
+  allow it``.
 - The outputs are allocated here (numpy on the CPU, torch on the inputs' CUDA device; every
   byte ``0x5a`` first, as the binaries do, so an element a kernel fails to write cannot
   match by chance) and returned as a dict named as the golden's ``expected.<name>``
@@ -46,6 +55,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from . import limits
 
 __all__ = [
     "ABI_VERSION", "KernelError", "KernelLibraryError", "Outputs", "default_lib_path", "greedy_step", "has_cuda",
@@ -357,8 +368,9 @@ def _check_d_v(c: _Call, d_v: int) -> None:
         raise ValueError(f"{c.op}: d_v: {d_v} is outside [1, Dqk = {c.dims['Dqk']}]")
 
 
-def _check_lengths(c: _Call, prefix_len: Any, tree_len: Any | None) -> None:
-    """verify_attn's trusted lengths, per request (tree_len None: the chain's T)."""
+def _check_lengths(c: _Call, prefix_len: Any, tree_len: Any | None) -> int:
+    """verify_attn's trusted lengths, per request (tree_len None: the chain's T); the most
+    keys a request attends to, max(prefix_len + tree_len) (0 for B = 0)."""
     T, S = c.dims["T"], c.dims["S"]
     pl = c.host(prefix_len).astype(np.int64)
     tl = c.host(tree_len).astype(np.int64) if tree_len is not None else np.full_like(pl, T)
@@ -377,6 +389,7 @@ def _check_lengths(c: _Call, prefix_len: Any, tree_len: Any | None) -> None:
         what = "tree_len" if tree_len is not None else "T (the largest tree_len)"
         raise ValueError(f"{c.op}: prefix_len: request {b}: prefix_len {pl[b]} + {what} {tl[b]} exceeds the "
                          f"cache rows S = {S}")
+    return int((pl + tl).max()) if len(pl) else 0
 
 
 def _float_dtype(c: _Call, q: Any) -> str:
@@ -402,6 +415,9 @@ def tree_accept(node_token_ids: Any, next_token: Any, next_sibling: Any, node_co
     p.next_sibling = c.tensor("next_sibling", next_sibling, ["i32"], ["B", "T"])
     p.node_count = c.tensor("node_count", node_count, ["i32"], ["B"])
     p.target_predict = c.tensor("target_predict", target_predict, ["i64"], ["B", "T"])
+    B, T = c.dims["B"], c.dims["T"]
+    limits.check_output_bytes(limits.tree_accept_output_bytes(B, T), "tree_accept: node_token_ids",
+                              f"B = {B}, T = {T}")
     out = Outputs(accepted_count=c.output("i32", ["B"]), accepted_path=c.output("i32", ["B", "T"]),
                   proposed=c.output("i64", ["B", "T"]), status=c.output("i32", ["B"]))
     p.accepted_count, p.accepted_path = c.ptr(out["accepted_count"]), c.ptr(out["accepted_path"])
@@ -440,6 +456,12 @@ def tree_build(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budg
     p.budget = c.tensor("budget", budget, ["i32"], ["B"])
     p.depth_limit = c.tensor("depth_limit", depth_limit, ["i32"], ["B"])
     c.dims["T"] = N + 1
+    B, D, K, T = c.dims["B"], c.dims["D"], c.dims["K"], N + 1
+    limits.check_output_bytes(limits.tree_build_output_bytes(B, T), f"{op}: max_budget",
+                              f"B = {B}, T = max_budget + 1 = {T}")
+    if c.device == "cpu":
+        limits.check_cpu_scratch_bytes(limits.tree_build_cpu_scratch_bytes(N, D, K, kernel == "select"),
+                                       f"{op}: max_budget", f"N = {N}, D = {D}")
     out = Outputs((name, c.output(dt, dims)) for name, dt, dims in _TREE_BUILD_OUT)
     for name, _, _ in _TREE_BUILD_OUT:
         setattr(p, name, c.ptr(out[name]))
@@ -477,8 +499,14 @@ def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibilit
     scale = c.float_scalar("sm_scale", sm_scale)
     dv = c.int_scalar("d_v", d_v)
     _check_d_v(c, dv)
-    _check_lengths(c, prefix_len, tree_len)
+    keys = _check_lengths(c, prefix_len, tree_len)
     c.dims["d_v"] = dv
+    B, T, H, Dqk = c.dims["B"], c.dims["T"], c.dims["H"], c.dims["Dqk"]
+    limits.check_output_bytes(limits.verify_attn_output_bytes(B, T, H, dv), f"{op}: q, d_v",
+                              f"out [B,T,H,d_v] = [{B},{T},{H},{dv}] and lse [B,T,H]")
+    if c.device == "cpu":
+        limits.check_cpu_scratch_bytes(limits.verify_attn_cpu_scratch_bytes(keys, Dqk, dv), f"{op}: kv_cache",
+                                       f"L = prefix_len + tree_len = {keys} keys of Dqk = {Dqk}")
     out = Outputs(out=c.output("f32", ["B", "T", "H", "d_v"]), lse=c.output("f32", ["B", "T", "H"]))
     p.out, p.lse = c.ptr(out["out"]), c.ptr(out["lse"])
     for d in ("B", "T", "H", "S", "Dqk", "d_v"):
@@ -526,8 +554,20 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     scale = c.float_scalar("sm_scale", sm_scale)
     dv = c.int_scalar("d_v", d_v)
     _check_d_v(c, dv)
-    _check_lengths(c, prefix_len, None)
+    keys = _check_lengths(c, prefix_len, None)
     c.dims["d_v"] = dv
+    B, T, H, Dqk = c.dims["B"], c.dims["T"], c.dims["H"], c.dims["Dqk"]
+    limits.check_output_bytes(limits.greedy_step_output_bytes(B, T, H, dv),
+                              f"{op}: {'max_budget' if max_budget is not None else 'q'}",
+                              f"B = {B}, T = max_budget + 1 = {T}, H = {H}, d_v = {dv}")
+    if c.device == "cpu":
+        tree_len_bytes = B * 4  # the [B] tree_len handed from tree_build to verify_attn
+        limits.check_cpu_scratch_bytes(
+            tree_len_bytes + limits.tree_build_cpu_scratch_bytes(T - 1, c.dims["D"], c.dims["K"], False),
+            f"{op}: max_budget", f"tree_build: N = {T - 1}, D = {c.dims['D']}")
+        limits.check_cpu_scratch_bytes(tree_len_bytes + limits.verify_attn_cpu_scratch_bytes(keys, Dqk, dv),
+                                       f"{op}: kv_cache",
+                                       f"verify_attn: L = prefix_len + T = {keys} keys of Dqk = {Dqk}")
     out = Outputs()
     for name, dtp, dims in _TREE_BUILD_OUT:
         out[f"tree_build.{name}"] = c.output(dtp, dims)

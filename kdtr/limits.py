@@ -126,3 +126,45 @@ def verify_attn_output_bytes(b: int, t: int, h: int, d_v: int) -> int:
 def tree_accept_output_bytes(b: int, t: int) -> int:
     """Bytes of tree_accept's outputs: accepted_count, status i32 [B]; accepted_path i32 [B,T]; proposed i64 [B,T]."""
     return b * 8 + b * t * 12
+
+
+def greedy_step_output_bytes(b: int, t: int, h: int, d_v: int) -> int:
+    """Bytes of greedy_step's outputs: tree_build's, verify_attn's and tree_accept's, for T = max_budget + 1."""
+    return tree_build_output_bytes(b, t) + verify_attn_output_bytes(b, t, h, d_v) + tree_accept_output_bytes(b, t)
+
+
+def check_cpu_scratch_bytes(nbytes: int, argument: str, dims: str) -> None:
+    """Refuse a CPU backend's working memory of ``nbytes`` bytes over :func:`max_scratch_bytes`,
+    in the words of the binaries (``"<argument>: CPU backend scratch would need ..."``):
+    for kdtr.kernels, whose CPU entries run the binaries' CPU backends.
+
+    Raises:
+        ValueError: over the limit.
+    """
+    _check(nbytes, max_scratch_bytes(), "CPU backend scratch", argument, dims, MAX_SCRATCH_BYTES_ENV)
+
+
+# The CPU backends' scratch (cuda_tests/include/kdtr_cli.hpp, tree_build_scratch_bytes and
+# verify_attn_scratch_bytes; the struct sizes of cuda_tests/kernels/tree_build.cuh).
+TREE_BUILD_CAND_BYTES = 24  # sizeof(TreeBuildCand): a double and four int32
+TREE_SELECT_BINS = 1024  # kTreeSelectBins
+
+
+def tree_build_cpu_scratch_bytes(n: int, d: int, k: int, select: bool) -> int:
+    """Bytes of the CPU tree_build's scratch (allocated once, whatever B, so also for B = 0):
+    the heap's N + 1 candidates, 5 slot arrays of T = N + 1 int32, an ancestor path of
+    min(D, N) + 1 int32, and for the select build its candidate set (capacity N + N/8 + 64)
+    and the log-probs widened to float64 (D * K)."""
+    t = n + 1
+    total = t * TREE_BUILD_CAND_BYTES + t * 5 * 4 + (min(d, n) + 1) * 4
+    if select:
+        cap = n + n // 8 + 64
+        total += cap * (8 + 8 + 4 * 5) + TREE_SELECT_BINS * (8 + 4 + 4) + 16 + ((cap + 15) // 16) * 16 + d * k * 8
+    return total
+
+
+def verify_attn_cpu_scratch_bytes(keys: int, dqk: int, d_v: int) -> int:
+    """Bytes of the CPU verify_attn's scratch for a request attending to ``keys`` keys
+    (prefix_len + tree_len): the keys widened to float64 [keys, Dqk], scores float64 and a
+    visible flag u8 per key, the q row float64 [Dqk] and an accumulator float64 [d_v]."""
+    return keys * dqk * 8 + keys * (8 + 1) + (dqk + d_v) * 8
