@@ -404,7 +404,13 @@ def tree_accept(node_token_ids: Any, next_token: Any, next_sibling: Any, node_co
                 device: str | None = None, lib: str | os.PathLike | None = None) -> Outputs:
     """tree_accept (docs/ops/tree_accept.md): node_token_ids i64 [B,T], next_token /
     next_sibling i32 [B,T], node_count i32 [B], target_predict i64 [B,T] -> accepted_count
-    i32 [B], accepted_path i32 [B,T], proposed i64 [B,T], status i32 [B]."""
+    i32 [B], accepted_path i32 [B,T], proposed i64 [B,T], status i32 [B].
+
+    Raises:
+        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
+            call would allocate over the limits (outputs, naming node_token_ids), before anything is allocated.
+        KernelError: the library's entry returned an error code.
+        KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     c = _Call("tree_accept", device, dict(node_token_ids=node_token_ids, next_token=next_token,
                                           next_sibling=next_sibling, node_count=node_count,
@@ -441,7 +447,14 @@ def tree_build(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budg
     golden's metadata; T = N + 1) -> node_count i32 [B], node_token_ids i64 [B,T],
     node_depths / parents / next_token / next_sibling i32 [B,T], visibility u8 [B,T,T],
     status i32 [B].  kernel: "auto", "heap" or "select"; ``.kernel`` of the result: "heap"
-    / "select" (CUDA) or "cpu_heap" / "cpu_select"."""
+    / "select" (CUDA) or "cpu_heap" / "cpu_select".
+
+    Raises:
+        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
+            call would allocate over the limits (outputs or, for device='cpu', scratch, naming
+            max_budget), before anything is allocated.
+        KernelError: the library's entry returned an error code.
+        KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "tree_build"
     if kernel not in _TREE_BUILD_KERNELS:
@@ -480,7 +493,14 @@ def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibilit
     scalar), d_v (an integer scalar in [1, Dqk]) -> out f32 [B,T,H,d_v], lse f32 [B,T,H].
     kernel ("auto", "simt", "mma", "wgmma") picks the CUDA kernel (wgmma: the Hopper kernel,
     on compute capability 9.0 with a library built with it, else a KernelError with code
-    ERR_NOT_SUPPORTED); the CPU backend takes "auto"."""
+    ERR_NOT_SUPPORTED); the CPU backend takes "auto".
+
+    Raises:
+        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
+            call would allocate over the limits (outputs, naming q, d_v; for device='cpu'
+            the scratch of the longest request, naming kv_cache), before anything is allocated.
+        KernelError: the library's entry returned an error code.
+        KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "verify_attn"
     if kernel not in _VERIFY_ATTN_KERNELS:
@@ -529,7 +549,14 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     prefix_len i32 [B], sm_scale, d_v, target_predict i64 [B,T]; T = max_budget + 1
     (max_budget defaults to q's T - 1).  Outputs named ``tree_build.<name>``,
     ``verify_attn.<name>``, ``tree_accept.<name>`` as in the golden; ``.kernel`` is
-    verify_attn's kernel."""
+    verify_attn's kernel.
+
+    Raises:
+        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
+            call would allocate over the limits (outputs, naming max_budget (q when it is not
+            given); for device='cpu' the scratch, naming max_budget or kv_cache), before anything is allocated.
+        KernelError: the library's entry returned an error code.
+        KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "greedy_step"
     c = _Call(op, device, dict(top_log_probs=top_log_probs, top_token_ids=top_token_ids,
