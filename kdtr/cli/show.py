@@ -1,4 +1,4 @@
-"""``kdtr show``: a golden's draft tree drawn in the terminal (rich ``Tree``) or as SVG.
+"""``kdtr show``: a golden's draft tree drawn in the terminal (tree guides, printed by rich) or as SVG.
 
 One node per slot (slot, token id, depth, and for trees that tree_build made the score:
 the cumulative log-probability, recomputed from the golden's inputs), children in
@@ -9,6 +9,15 @@ actual stand side by side and the differing nodes are marked ✗ (red).
 
 Malformed trees (cycles, links out of range, a bad node_count) are drawn, not followed:
 every slot is drawn at most once and a bad link becomes a ⚠ node, so a drawing always ends.
+
+Bounded whatever the files hold (docs/show.md, "Bounds"): a chain longer than FOLD_MIN
+slots is folded to its ends and its ✗ slots, a tree is at most MAX_LINES lines, the
+indentation stops at MAX_INDENT levels, the walk visits at most MAX_WALK slots, and the
+comparison of the two sides is numpy work linear in the rows. Untrusted: every tensor read
+is checked (integer dtype, rank, request present; a :class:`ShowError` naming the file and
+the tensor otherwise) and every string from a file (metadata config and op, file names)
+passes through :func:`short` (``kdtr.text.printable``: ``\\xNN`` for control characters,
+which XML 1.0 forbids even escaped) before it reaches the terminal or the SVG.
 
 :func:`case_svg` is the hook the Markdown report calls (``kdtr.report.case_svg``, set when
 this module is imported: ``kdtr/`` never imports ``kdtr/cli/``) to draw a failing
@@ -30,12 +39,14 @@ from rich.console import Console, Group
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from kdtr import format as kformat
 from kdtr import report
 from kdtr.errors import KdtrError
 from kdtr.text import printable
+
+from kdtr.cli.show_tree import (BONUS_STYLE, DIFF_STYLE, PATH_SHOW, WARN_STYLE, Marks, PathIndex, Scores, Side,
+                                _slot_list, short, tree_lines, walk)
 
 TREE_OPS = ("tree_build", "tree_accept", "greedy_step")
 BUILD_STATUS = {0: "OK", 1: "BAD_BUDGET", 2: "BAD_DEPTH_LIMIT", 3: "NON_FINITE", 4: "UNSORTED", 5: "DUPLICATE_ID",
@@ -43,130 +54,68 @@ BUILD_STATUS = {0: "OK", 1: "BAD_BUDGET", 2: "BAD_DEPTH_LIMIT", 3: "NON_FINITE",
 ACCEPT_STATUS = {0: "OK", 1: "BAD_NODE_COUNT", 2: "BAD_INDEX", 3: "CYCLE", 4: "NEGATIVE_TOKEN"}
 MAX_DIFF_LINES = 20
 
-PATH_STYLE = "bold green"
-DIFF_STYLE = "bold red"
-BONUS_STYLE = "bold cyan"
-WARN_STYLE = "yellow"
-
 
 class ShowError(ValueError):
     """A usage problem of ``kdtr show`` (one line on stderr, exit 2)."""
 
 
-@dataclass
-class Side:
-    """One request's draft tree and, where the op has one, its accepted path."""
-
-    tokens: np.ndarray
-    first_child: np.ndarray
-    next_sibling: np.ndarray
-    node_count: int
-    depths: np.ndarray | None = None
-    parents: np.ndarray | None = None
-    build_status: int | None = None
-    path: list[int] | None = None  # accepted_path[:accepted_count + 1]
-    proposed: list[int] | None = None  # proposed[:accepted_count + 1]
-    accepted_count: int | None = None
-    accept_status: int | None = None
-    lp: tuple[np.ndarray, np.ndarray] | None = None  # (top_log_probs[b], top_token_ids[b]) for the scores
-    rows: dict[str, np.ndarray] = field(default_factory=dict)  # the whole accepted_path / proposed rows
-
-    @property
-    def n_slots(self) -> int:
-        return min(len(self.tokens), len(self.first_child), len(self.next_sibling))
-
-    @property
-    def bonus(self) -> int | None:
-        if self.proposed is None or self.accepted_count is None or self.accept_status not in (0, None):
-            return None
-        return self.proposed[-1] if len(self.proposed) == self.accepted_count + 1 else None
-
-
-@dataclass
-class Walk:
-    """The tree as drawn: each slot reached at most once from slot 0."""
-
-    children: dict[int, list[int]] = field(default_factory=dict)
-    problems: dict[int, list[str]] = field(default_factory=dict)
-    depth: dict[int, int] = field(default_factory=lambda: {0: 0})
-    score: dict[int, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    unreached: list[int] = field(default_factory=list)
-
-
-def walk(side: Side) -> Walk:
-    """Follow next_token / next_sibling from slot 0, visiting each slot at most once and
-    stopping a sibling list at the first link outside [1, node_count] or back to a slot
-    already drawn (recorded as a problem of the slot whose list it is)."""
-    w = Walk()
-    t = side.n_slots
-    if t == 0:
-        w.notes.append("no slots (empty tensors)")
-        return w
-    hi = side.node_count
-    if not 0 <= hi <= t - 1:
-        w.notes.append(f"node_count {hi} outside [0, {t - 1}]: links drawn up to slot {t - 1}")
-        hi = t - 1
-    if side.lp is not None:
-        w.score[0] = 0.0
-    seen = {0}
-    stack = [0]
-    while stack:
-        s = stack.pop()
-        kids: list[int] = []
-        via, c = f"next_token[{s}]", int(side.first_child[s])
-        while c != -1:
-            if not 1 <= c <= hi:
-                w.problems.setdefault(s, []).append(f"{via} = {c}: outside [1, {hi}], not followed")
-                break
-            if c in seen:
-                w.problems.setdefault(s, []).append(f"{via} = {c}: slot {c} already drawn (a cycle), not followed")
-                break
-            seen.add(c)
-            kids.append(c)
-            w.depth[c] = w.depth[s] + 1
-            if side.lp is not None and s in w.score:
-                _score(side, w, s, c)
-            via, c = f"next_sibling[{c}]", int(side.next_sibling[c])
-        w.children[s] = kids
-        stack.extend(reversed(kids))
-    w.unreached = [s for s in range(1, hi + 1) if s not in seen]
-    return w
-
-
-def _score(side: Side, w: Walk, parent: int, c: int) -> None:
-    """score[c] = score[parent] + top_log_probs[d-1][rank of c's token], in float64 (the
-    builder's candidate weight, up to the last bits of its sibling update)."""
-    lp, ids = side.lp  # type: ignore[misc]
-    d = int(side.depths[c]) if side.depths is not None else w.depth[c]
-    if not 1 <= d <= len(ids):
-        return
-    ranks = np.flatnonzero(ids[d - 1] == side.tokens[c])
-    if ranks.size:
-        w.score[c] = w.score[parent] + float(lp[d - 1][ranks[0]])
-
-
 # ---------------------------------------------------------------------------- loading
 
+_B, _BT = ("B",), ("B", "T")
 
-def _row(t: Mapping[str, np.ndarray], name: str, b: int, where: str) -> np.ndarray:
+
+def _int_tensor(t: Mapping[str, np.ndarray], name: str, where: str) -> np.ndarray:
+    """t[name], refused unless it is an integer tensor whose values fit int64."""
     if name not in t:
         raise ShowError(f"{where} has no tensor {name!r}")
-    arr = np.asarray(t[name])
-    if arr.ndim == 0 or b >= arr.shape[0]:
-        raise ShowError(f"{where}: tensor {name!r} has no request {b} (shape {list(arr.shape)})")
-    return np.array(arr[b])
+    arr = t[name]
+    dt = np.dtype(arr.dtype)
+    if not (dt.kind in "ib" or (dt.kind == "u" and dt.itemsize <= 4)):
+        raise ShowError(f"{where}: tensor {name!r} has dtype {short(dt)}, expected an integer dtype (int32 or int64)")
+    return arr
+
+
+def _row(t: Mapping[str, np.ndarray], name: str, b: int, where: str, dims: tuple[str, ...] = _BT) -> np.ndarray:
+    """Request ``b`` of the integer tensor ``name`` of shape ``dims``, as int64; a
+    :class:`ShowError` naming the file and the tensor for any other dtype or rank."""
+    arr = _int_tensor(t, name, where)
+    shape = [int(x) for x in arr.shape]
+    if len(shape) != len(dims):
+        raise ShowError(f"{where}: tensor {name!r} has shape {shape}, expected [{', '.join(dims)}]")
+    if b >= shape[0]:
+        raise ShowError(f"{where}: tensor {name!r} has no request {b} (shape {shape})")
+    return np.asarray(arr[b], dtype=np.int64)
+
+
+def _scalar(t: Mapping[str, np.ndarray], name: str, b: int, where: str) -> int:
+    return int(_row(t, name, b, where, _B))
+
+
+def _scores(golden: Mapping[str, np.ndarray], b: int, where: str) -> Scores | None:
+    if "input.top_log_probs" not in golden or "input.top_token_ids" not in golden:
+        return None
+    lp = golden["input.top_log_probs"]
+    ids = _int_tensor(golden, "input.top_token_ids", where)
+    if lp.ndim != 3 or tuple(ids.shape) != tuple(lp.shape) or b >= lp.shape[0]:
+        raise ShowError(f"{where}: tensors 'input.top_log_probs' (shape {list(lp.shape)}) and 'input.top_token_ids' "
+                        f"(shape {list(ids.shape)}): expected both [B, D, K] with request {b}")
+    try:
+        lpb = np.asarray(lp[b], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ShowError(f"{where}: tensor 'input.top_log_probs' has dtype {short(lp.dtype)}, expected a float dtype") \
+            from None
+    return Scores(lpb, np.asarray(ids[b], dtype=np.int64))
 
 
 def _path_part(side: Side, t: Mapping[str, np.ndarray], pre: str, b: int, where: str) -> None:
-    count = int(_row(t, pre + "accepted_count", b, where))
+    count = _scalar(t, pre + "accepted_count", b, where)
     path = _row(t, pre + "accepted_path", b, where)
     proposed = _row(t, pre + "proposed", b, where)
     side.accepted_count = count
-    side.accept_status = int(_row(t, pre + "status", b, where)) if pre + "status" in t else None
+    side.accept_status = _scalar(t, pre + "status", b, where) if pre + "status" in t else None
     k = max(0, min(count, len(path) - 1)) + 1
-    side.path = [int(x) for x in path[:k]]
-    side.proposed = [int(x) for x in proposed[:k]]
+    side.path = path[:k]
+    side.proposed = proposed[:k]
     side.rows = {"accepted_path": path, "proposed": proposed}
 
 
@@ -179,28 +128,31 @@ def request_count(op: str, t: Mapping[str, np.ndarray]) -> int:
 
 
 def side_of(op: str, golden: Mapping[str, np.ndarray], b: int, out: Mapping[str, np.ndarray] | None = None,
-            where: str = "golden") -> Side:
-    """Request ``b`` of a golden (``out`` None: its expected outputs) or of an output file."""
+            where: str = "golden", golden_where: str | None = None) -> Side:
+    """Request ``b`` of a golden (``out`` None: its expected outputs) or of an output file.
+
+    Every tensor read is checked first (integer dtype; [B] or [B, T]; request ``b``
+    present): anything else is a :class:`ShowError` naming the file (``where``, or
+    ``golden_where`` for the golden's tensors) and the tensor."""
+    gw = golden_where or (where if out is None else "golden")
     t = golden if out is None else out
     pre = "expected." if out is None else ""
     if op == "tree_accept":
-        tree_t, tree_pre, tree_where = golden, "input.", "golden"
+        tree_t, tree_pre, tree_where = golden, "input.", gw
     else:
         tree_t, tree_pre, tree_where = t, pre + ("tree_build." if op == "greedy_step" else ""), where
     side = Side(
         tokens=_row(tree_t, tree_pre + "node_token_ids", b, tree_where),
         first_child=_row(tree_t, tree_pre + "next_token", b, tree_where),
         next_sibling=_row(tree_t, tree_pre + "next_sibling", b, tree_where),
-        node_count=int(_row(tree_t, tree_pre + "node_count", b, tree_where)),
+        node_count=_scalar(tree_t, tree_pre + "node_count", b, tree_where),
     )
     if op != "tree_accept":
         side.depths = _row(t, tree_pre + "node_depths", b, where)
         side.parents = _row(t, tree_pre + "parents", b, where) if tree_pre + "parents" in t else None
         if tree_pre + "status" in t:
-            side.build_status = int(_row(t, tree_pre + "status", b, where))
-        if "input.top_log_probs" in golden and "input.top_token_ids" in golden:
-            side.lp = (np.asarray(golden["input.top_log_probs"][b], dtype=np.float64),
-                       np.asarray(golden["input.top_token_ids"][b]))
+            side.build_status = _scalar(t, tree_pre + "status", b, where)
+        side.scores = _scores(golden, b, gw)
     if op in ("tree_accept", "greedy_step"):
         _path_part(side, t, pre + ("tree_accept." if op == "greedy_step" else ""), b, where)
     return side
@@ -211,21 +163,48 @@ def side_of(op: str, golden: Mapping[str, np.ndarray], b: int, out: Mapping[str,
 
 @dataclass
 class Diff:
+    """The differences of two sides: the first MAX_DIFF_LINES as text (``lines``), how many
+    there are (``count``), the slots to mark on each side."""
+
     lines: list[str] = field(default_factory=list)
-    expected: set[int] = field(default_factory=set)  # slots marked on the expected side
-    actual: set[int] = field(default_factory=set)
+    count: int = 0
+    expected: Marks = field(default_factory=Marks)  # slots marked on the expected side
+    actual: Marks = field(default_factory=Marks)
     bonus: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.lines)
+        return self.count > 0
+
+    def add(self, line: str) -> None:
+        self.count += 1
+        if len(self.lines) < MAX_DIFF_LINES:
+            self.lines.append(line)
+
+    def add_each(self, idx: np.ndarray, line: Any) -> None:
+        """One difference per index of ``idx``; ``line(i)`` the text of the first few."""
+        room = max(0, MAX_DIFF_LINES - len(self.lines))
+        self.lines.extend(line(int(i)) for i in idx[:room])
+        self.count += len(idx)
+
+
+def _differing(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The indices i < max(len(x), len(y)) where x[i] != y[i] (an element one of them lacks differs)."""
+    m = min(len(x), len(y))
+    return np.concatenate([np.flatnonzero(x[:m] != y[:m]), np.arange(m, max(len(x), len(y)), dtype=np.int64)])
+
+
+def _at(x: np.ndarray | None, i: int) -> int | None:
+    return int(x[i]) if x is not None and 0 <= i < len(x) else None
 
 
 def diff_sides(e: Side, a: Side) -> Diff:
-    d = Diff()
+    """Every difference of expected ``e`` and actual ``a`` (numpy work linear in the rows)."""
+    n = max(e.n_slots, a.n_slots)
+    d = Diff(expected=Marks(n), actual=Marks(n))
     if e.node_count != a.node_count:
-        d.lines.append(f"node_count: expected {e.node_count}, actual {a.node_count}")
+        d.add(f"node_count: expected {e.node_count}, actual {a.node_count}")
     if e.build_status != a.build_status:
-        d.lines.append(f"tree_build status: expected {e.build_status}, actual {a.build_status}")
+        d.add(f"tree_build status: expected {e.build_status}, actual {a.build_status}")
     arrays = [("node_token_ids", e.tokens, a.tokens), ("next_token", e.first_child, a.first_child),
               ("next_sibling", e.next_sibling, a.next_sibling)]
     if e.depths is not None and a.depths is not None:
@@ -233,47 +212,36 @@ def diff_sides(e: Side, a: Side) -> Diff:
     if e.parents is not None and a.parents is not None:
         arrays.append(("parents", e.parents, a.parents))
     for name, x, y in arrays:
-        for s in range(max(len(x), len(y))):
-            xv = int(x[s]) if s < len(x) else None
-            yv = int(y[s]) if s < len(y) else None
-            if xv != yv:
-                d.expected.add(s)
-                d.actual.add(s)
-                d.lines.append(f"slot {s}: {name} expected {xv}, actual {yv}")
-    if e.path is not None and a.path is not None:
-        if e.accept_status != a.accept_status:
-            d.lines.append(f"tree_accept status: expected {e.accept_status}, actual {a.accept_status}")
-        if e.accepted_count != a.accepted_count:
-            d.lines.append(f"accepted_count: expected {e.accepted_count}, actual {a.accepted_count}")
-        for i in range(max(len(e.path), len(a.path))):
-            xv = e.path[i] if i < len(e.path) else None
-            yv = a.path[i] if i < len(a.path) else None
-            if xv != yv:
-                d.lines.append(f"accepted_path[{i}]: expected slot {xv}, actual slot {yv}")
-                for slot in (xv, yv):  # where one path goes and the other does not: marked on both sides
-                    if slot is not None:
-                        d.expected.add(slot)
-                        d.actual.add(slot)
-        ep, ap = e.proposed or [], a.proposed or []
-        for i in range(max(len(ep), len(ap))):
-            xv = ep[i] if i < len(ep) else None
-            yv = ap[i] if i < len(ap) else None
-            if xv == yv:
-                continue
-            d.lines.append(f"proposed[{i}]: expected {_role(e, i)}, actual {_role(a, i)}")
-            for side, marks in ((e, d.expected), (a, d.actual)):
-                if side.accepted_count is not None and i < side.accepted_count and i + 1 < len(side.path or []):
-                    marks.add(side.path[i + 1])  # type: ignore[index]
-        d.bonus = e.bonus != a.bonus
-        for name, used in (("accepted_path", len(e.path)), ("proposed", len(ep))):
-            x, y = e.rows.get(name), a.rows.get(name)
-            if x is None or y is None:
-                continue
-            for i in range(max(used, len(ap) if name == "proposed" else len(a.path)), max(len(x), len(y))):
-                xv = int(x[i]) if i < len(x) else None
-                yv = int(y[i]) if i < len(y) else None
-                if xv != yv:
-                    d.lines.append(f"{name}[{i}] (padding past the path): expected {xv}, actual {yv}")
+        idx = _differing(x, y)
+        d.expected.add(idx)
+        d.actual.add(idx)
+        d.add_each(idx, lambda s, name=name, x=x, y=y: f"slot {s}: {name} expected {_at(x, s)}, actual {_at(y, s)}")
+    if e.path is None or a.path is None or e.proposed is None or a.proposed is None:
+        return d
+    if e.accept_status != a.accept_status:
+        d.add(f"tree_accept status: expected {e.accept_status}, actual {a.accept_status}")
+    if e.accepted_count != a.accepted_count:
+        d.add(f"accepted_count: expected {e.accepted_count}, actual {a.accepted_count}")
+    idx = _differing(e.path, a.path)
+    d.add_each(idx, lambda i: f"accepted_path[{i}]: expected slot {_at(e.path, i)}, actual slot {_at(a.path, i)}")
+    for path in (e.path, a.path):  # where one path goes and the other does not: marked on both sides
+        slots = path[idx[idx < len(path)]]
+        d.expected.add(slots)
+        d.actual.add(slots)
+    idx = _differing(e.proposed, a.proposed)
+    d.add_each(idx, lambda i: f"proposed[{i}]: expected {_role(e, i)}, actual {_role(a, i)}")
+    for side, marks in ((e, d.expected), (a, d.actual)):
+        sel = idx[(idx < (side.accepted_count or 0)) & (idx + 1 < len(side.path))]  # type: ignore[arg-type]
+        marks.add(side.path[sel + 1])  # type: ignore[index]
+    d.bonus = e.bonus != a.bonus
+    for name, start in (("accepted_path", max(len(e.path), len(a.path))),
+                        ("proposed", max(len(e.proposed), len(a.proposed)))):
+        x, y = e.rows.get(name), a.rows.get(name)
+        if x is None or y is None:
+            continue
+        idx = _differing(x[start:], y[start:]) + start
+        d.add_each(idx, lambda i, name=name, x=x, y=y:
+                   f"{name}[{i}] (padding past the path): expected {_at(x, i)}, actual {_at(y, i)}")
     return d
 
 
@@ -281,31 +249,24 @@ def _role(side: Side, i: int) -> str:
     """proposed[i] of ``side`` in words: the token of an accepted slot, or the bonus token."""
     if side.proposed is None or i >= len(side.proposed):
         return "nothing (its path is shorter)"
-    v = side.proposed[i]
+    v = int(side.proposed[i])
     if i == side.accepted_count:
         return f"{v} (bonus token)"
-    return f"{v} (token of slot {side.path[i + 1]})" if side.path and i + 1 < len(side.path) else str(v)
+    if side.path is not None and i + 1 < len(side.path):
+        return f"{v} (token of slot {int(side.path[i + 1])})"
+    return str(v)
 
 
 # ---------------------------------------------------------------------------- drawing
 
 
-def _label(side: Side, w: Walk, s: int, on_path: dict[int, int], marked: set[int]) -> Text:
-    text = Text()
-    if s in marked:
-        text.append("✗ ", style=DIFF_STYLE)
-    if s in on_path:
-        text.append("✓ ", style=PATH_STYLE)
-    style = DIFF_STYLE if s in marked else PATH_STYLE if s in on_path else ""
-    text.append(f"[{s}] tok {int(side.tokens[s])}", style=style)
-    depth = int(side.depths[s]) if side.depths is not None else w.depth.get(s, 0)
-    text.append(f"  d{depth}", style="dim")
-    if s in w.score:
-        text.append(f"  score {w.score[s]:.4f}", style="dim")
-    pos = on_path.get(s)
-    if pos and side.proposed is not None and pos - 1 < len(side.proposed) and side.proposed[pos - 1] != int(side.tokens[s]):
-        text.append(f"  proposed {side.proposed[pos - 1]}", style=DIFF_STYLE)
-    return text
+def _path_text(path: np.ndarray) -> str:
+    """The accepted path as ``0 → 3 → 7``; past 2 * PATH_SHOW slots, its ends and how many are left out."""
+    if len(path) <= 2 * PATH_SHOW:
+        return " → ".join(str(int(s)) for s in path)
+    head = " → ".join(str(int(s)) for s in path[:PATH_SHOW])
+    tail = " → ".join(str(int(s)) for s in path[-PATH_SHOW:])
+    return f"{head} → … ({len(path) - 2 * PATH_SHOW} more) → {tail}"
 
 
 def _header(op: str, side: Side, title: str) -> Text:
@@ -314,7 +275,7 @@ def _header(op: str, side: Side, title: str) -> Text:
     if side.build_status is not None:
         parts.append(f"tree_build status {side.build_status} {BUILD_STATUS.get(side.build_status, '?')}")
     if side.path is not None:
-        parts.append("accepted " + str(side.accepted_count) + ": path " + " → ".join(map(str, side.path)))
+        parts.append(f"accepted {side.accepted_count}: path {_path_text(side.path)}")
         bonus = side.bonus
         parts.append(f"bonus {bonus}" if bonus is not None else "no bonus token")
         if side.accept_status is not None:
@@ -323,53 +284,52 @@ def _header(op: str, side: Side, title: str) -> Text:
     return text
 
 
-def draw_side(op: str, side: Side, title: str, marked: set[int] | None = None, bonus_differs: bool = False) -> Group:
-    """The header, the rich Tree and the warnings of one side."""
-    marked = marked or set()
+def draw_side(op: str, side: Side, title: str, marked: Marks | None = None, bonus_differs: bool = False) -> Group:
+    """The header, the tree (:func:`tree_lines`) and the warnings of one side."""
+    marked = marked or Marks()
     w = walk(side)
-    on_path: dict[int, int] = {}
-    for i, s in enumerate(side.path or []):
-        on_path.setdefault(s, i)
-    nodes: dict[int, Tree] = {0: Tree(_label(side, w, 0, on_path, marked), guide_style="dim")}
-    stack = [0]
-    while stack:
-        s = stack.pop()
-        for c in w.children.get(s, []):
-            nodes[c] = nodes[s].add(_label(side, w, c, on_path, marked))
-        for msg in w.problems.get(s, []):
-            nodes[s].add(Text("⚠ " + msg, style=WARN_STYLE))
-        stack.extend(reversed(w.children.get(s, [])))
+    on_path = PathIndex(side.path)
     parts: list[Any] = [_header(op, side, title)]
     for note in w.notes:
         parts.append(Text("⚠ " + note, style=WARN_STYLE))
-    if side.path:
-        last = side.path[-1]
+    label = None
+    if side.path is not None and len(side.path):
         bonus = side.bonus
-        if bonus is not None and last in nodes:
+        if bonus is not None and w.reached(int(side.path[-1])):
             label = Text()
             if bonus_differs:
                 label.append("✗ ", style=DIFF_STYLE)
             label.append(f"+ bonus {bonus}", style=DIFF_STYLE if bonus_differs else BONUS_STYLE)
-            nodes[last].add(label)
-        missing = [s for s in side.path if s not in nodes]
-        if missing:
-            parts.append(Text(f"⚠ accepted_path slots not in the drawn tree: {missing}", style=WARN_STYLE))
-    parts.append(nodes[0])
-    if w.unreached:
-        shown = ", ".join(map(str, w.unreached[:20])) + (", ..." if len(w.unreached) > 20 else "")
-        parts.append(Text(f"⚠ {len(w.unreached)} slot(s) in [1, node_count] not reached from slot 0: {shown}",
-                          style=WARN_STYLE))
+        p = side.path
+        inside = (p >= 0) & (p < len(w.seen))
+        reached = np.zeros(len(p), dtype=bool)
+        reached[inside] = w.seen[p[inside]]
+        missing = p[~reached]
+        if len(missing):
+            why = "not reached before the walk stopped" if w.stopped else "not in the drawn tree"
+            parts.append(Text(f"⚠ {len(missing)} accepted_path slot(s) {why}: {_slot_list(missing)}",
+                              style=WARN_STYLE))
+    parts.extend(tree_lines(side, w, on_path, marked, label))
+    if len(w.unreached):
+        parts.append(Text(f"⚠ {len(w.unreached)} slot(s) in [1, node_count] not reached from slot 0: "
+                          f"{_slot_list(w.unreached)}", style=WARN_STYLE))
     return Group(*parts)
 
 
 def render(golden: Any, request: int, output: Any | None = None, golden_name: str = "golden",
            output_name: str = "output") -> Drawing:
     """The drawing of request ``request`` of ``golden`` (a loaded KDTR file), with the
-    output file ``output`` next to it if given."""
+    output file ``output`` next to it if given.
+
+    Raises:
+        ShowError: an op without a tree, a request out of range, or a tensor the drawing
+            reads that is missing or has the wrong dtype or rank (one line naming the file
+            and the tensor).
+    """
     golden_name, output_name = printable(golden_name), printable(output_name)
     op = golden.metadata.get("op")
     if op not in TREE_OPS:
-        raise ShowError(f"{golden_name} is op {op!r}: it has no draft tree to draw "
+        raise ShowError(f"{golden_name} is op {short(repr(op))}: it has no draft tree to draw "
                         f"(kdtr show draws {', '.join(TREE_OPS)})")
     if not any(k.startswith("expected.") for k in golden.tensors):
         raise ShowError(f"{golden_name} has no expected.* tensors: give a golden (kdtr show GOLDEN --output OUT)")
@@ -379,25 +339,25 @@ def render(golden: Any, request: int, output: Any | None = None, golden_name: st
         raise ShowError(f"{golden_name} {exc}") from None
     if not 0 <= request < n:
         raise ShowError(f"--request {request}: out of range [0, {n - 1}] ({golden_name} has {n} requests)")
-    config = golden.metadata.get("config", "?")
+    config = short(golden.metadata.get("config", "?"))
     e = side_of(op, golden.tensors, request, where=golden_name)
     title = f"{op}/{config} request {request}"
     if output is None:
         one = Group(draw_side(op, e, f"{title} (expected)"))
         return Drawing(one, False, _width(one))
     if output.metadata.get("op") not in (None, op):
-        raise ShowError(f"{golden_name} is op {op!r} but {output_name} is op {output.metadata.get('op')!r}")
-    a = side_of(op, golden.tensors, request, out=output.tensors, where=output_name)
+        raise ShowError(f"{golden_name} is op {op!r} but {output_name} is op {short(repr(output.metadata.get('op')))}")
+    a = side_of(op, golden.tensors, request, out=output.tensors, where=output_name, golden_where=golden_name)
     d = diff_sides(e, a)
     if not d:
         one = Group(draw_side(op, a, f"{title}: actual ({output_name}) matches expected"))
         return Drawing(one, False, _width(one))
     left = draw_side(op, e, f"{title} expected (golden)", d.expected, d.bonus)
     right = draw_side(op, a, f"{title} actual ({output_name})", d.actual, d.bonus)
-    lines = [Text(f"✗ {len(d.lines)} difference(s) in request {request}:", style=DIFF_STYLE)]
-    lines += [Text("  " + line) for line in d.lines[:MAX_DIFF_LINES]]
-    if len(d.lines) > MAX_DIFF_LINES:
-        lines.append(Text(f"  ... {len(d.lines) - MAX_DIFF_LINES} more"))
+    lines = [Text(f"✗ {d.count} difference(s) in request {request}:", style=DIFF_STYLE)]
+    lines += [Text("  " + line) for line in d.lines]
+    if d.count > len(d.lines):
+        lines.append(Text(f"  ... {d.count - len(d.lines)} more"))
     return Drawing(Group(*lines), True, _width(left) + _width(right) + SIDE_GAP, left, right)
 
 
@@ -436,11 +396,12 @@ def _width(renderable: Any) -> int:
 
 
 def svg_text(drawing: Drawing, title: str) -> str:
-    """The drawing as SVG, wide enough to show both sides next to each other."""
+    """The drawing as SVG, wide enough to show both sides next to each other; ``title``
+    passes through :func:`short` (XML 1.0 forbids most control characters even escaped)."""
     width = max(80, drawing.width)
     console = Console(file=io.StringIO(), record=True, width=width, highlight=False, color_system="truecolor")
     console.print(drawing.renderable(width))
-    return console.export_svg(title=title)
+    return console.export_svg(title=short(title, 400))
 
 
 # ---------------------------------------------------------------------------- command
@@ -490,7 +451,7 @@ def show(golden, request, svg, output) -> None:
         console = Console(highlight=False, record=bool(svg), width=width)
         console.print(drawing.renderable(console.width))
         if svg:
-            data = console.export_svg(title=f"kdtr show {Path(golden).name} --request {request}")
+            data = console.export_svg(title=short(f"kdtr show {Path(golden).name} --request {request}", 400))
             try:
                 kformat.atomic_write(svg, data.encode("utf-8"))
             except OSError as exc:
@@ -523,7 +484,8 @@ def case_svg(result: Any) -> Path | None:
     if not out.is_file():
         return None
     svg = out.with_name(out.name[: -len(".kdtr")] + ".svg" if out.name.endswith(".kdtr") else out.name + ".svg")
-    with kformat.load(result.case.golden) as g, kformat.load(out) as o:
+    # private copies (mmap=False): a file a binary truncates meanwhile is an error, never a SIGBUS
+    with kformat.load(result.case.golden, mmap=False) as g, kformat.load(out, mmap=False) as o:
         request = _failing_request(result)
         drawing = render(g, request, o, golden_name=str(result.case.golden), output_name=out.name)
         data = svg_text(drawing, f"kdtr show {result.case.op}/{result.case.config} --request {request} "
