@@ -217,3 +217,11 @@ def test_random_outputs_are_drawn_or_refused_with_one_line(tmp_path):
             ET.parse(tmp_path / "fuzz.svg")
         outcomes[r.exit_code] += 1
     assert outcomes[0] > 20 and outcomes[2] > 20, outcomes  # both kinds were tried
+
+
+@pytest.mark.parametrize("columns", ["abc", "-5", "999999999", "\x1b[2J"])
+def test_bad_or_huge_columns_variable_is_ignored(columns):
+    """$COLUMNS that is not a width in [20, 1000] is ignored (160): "abc" raised ValueError."""
+    r = CliRunner().invoke(main, ["show", str(GOLDEN / "tree_accept" / "chain.kdtr")], env={"COLUMNS": columns})
+    assert r.exit_code == 0, r.output
+    assert len(r.output) < 20_000

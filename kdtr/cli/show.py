@@ -417,8 +417,14 @@ def _load(path: str) -> Any:
 
 
 def _fail(msg: str) -> None:
-    click.echo(f"kdtr: error: {printable(msg)}", err=True)
+    click.echo(f"kdtr: error: {short(msg, 4000)}", err=True)
     sys.exit(2)
+
+
+def _columns() -> int:
+    """$COLUMNS where it is a width in [20, 1000], else 160 (a piped drawing's least width)."""
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isascii() and text.isdigit() and 20 <= int(text) <= 1000 else 160
 
 
 @click.command("show")
@@ -447,7 +453,7 @@ def show(golden, request, svg, output) -> None:
         drawing = render(g, request, o, golden_name=golden, output_name=output or "")
         # A terminal keeps its width (the sides stacked if they do not fit); piped output
         # (CI logs, files) is as wide as the drawing needs, at least $COLUMNS or 160.
-        width = None if sys.stdout.isatty() else max(int(os.environ.get("COLUMNS") or 160), drawing.width)
+        width = None if sys.stdout.isatty() else max(_columns(), drawing.width)
         console = Console(highlight=False, record=bool(svg), width=width)
         console.print(drawing.renderable(console.width))
         if svg:
