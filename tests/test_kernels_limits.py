@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 import textwrap
