@@ -20,11 +20,12 @@ import numpy as np
 
 from kdtr.ops.tree_accept import OUTPUTS, SPEC, accept_request  # noqa: F401  (OUTPUTS: the op's outputs, for tests)
 
-from .trees import Tree, chain_tree, links_from_parents, non_child_token, path_to, random_tree, synth_target_predict
 from .golden import package
+from .rng import Rng
+from .trees import Tree, chain_tree, links_from_parents, non_child_token, path_to, random_tree, synth_target_predict
 
 OP = "tree_accept"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: host-independent synthesis (kdtr.generators.rng, kdtr.bf16, kdtr.detmath)
 VOCAB = 32000
 
 
@@ -81,7 +82,7 @@ def _batch(trees: list[Tree], targets: list[np.ndarray]) -> dict[str, np.ndarray
     }
 
 
-def _follow_path(rng: np.random.Generator, tree: Tree, path: list[int]) -> np.ndarray:
+def _follow_path(rng: Rng | np.random.Generator, tree: Tree, path: list[int]) -> np.ndarray:
     """Predictions that accept exactly ``path`` (root..last), then stop."""
     out = synth_target_predict(rng, tree, VOCAB)
     for a, b in zip(path, path[1:]):
@@ -90,35 +91,35 @@ def _follow_path(rng: np.random.Generator, tree: Tree, path: list[int]) -> np.nd
     return out
 
 
-def _random_rows(cfg: Config, rng: np.random.Generator, t: int, counts: list[int]) -> dict[str, np.ndarray]:
+def _random_rows(cfg: Config, rng: Rng | np.random.Generator, t: int, counts: list[int]) -> dict[str, np.ndarray]:
     trees = [random_tree(rng, t, n, cfg.depth, cfg.topk, VOCAB) for n in counts]
     return _batch(trees, [synth_target_predict(rng, tr, VOCAB) for tr in trees])
 
 
-def _synth_random(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_random(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     counts = [int(rng.integers(cfg.budget * 3 // 4, cfg.budget + 1)) for _ in range(cfg.batch)]
     counts[0] = cfg.budget  # one full tree per batch
     return _random_rows(cfg, rng, t, counts)
 
 
-def _synth_underfull(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_underfull(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     counts = [int(rng.integers(1, cfg.budget // 4)) for _ in range(cfg.batch)]
     counts[0] = 1
     return _random_rows(cfg, rng, t, counts)
 
 
-def _synth_chain(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_chain(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     trees = [chain_tree(rng, t, int(rng.integers(cfg.budget // 2, cfg.budget + 1)), VOCAB) for _ in range(cfg.batch)]
     targets = [synth_target_predict(rng, tr, VOCAB, p_first=0.9, p_other=0.0) for tr in trees]
     return _batch(trees, targets)
 
 
-def _synth_root_only(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_root_only(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     trees = [random_tree(rng, t, 0, cfg.depth, cfg.topk, VOCAB) for _ in range(cfg.batch)]
     return _batch(trees, [synth_target_predict(rng, tr, VOCAB) for tr in trees])
 
 
-def _synth_full_accept(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_full_accept(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     trees, targets = [], []
     for _ in range(cfg.batch):
         tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
@@ -128,7 +129,7 @@ def _synth_full_accept(cfg: Config, rng: np.random.Generator, t: int) -> dict[st
     return _batch(trees, targets)
 
 
-def _synth_non_first(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_non_first(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     trees, targets = [], []
     for _ in range(cfg.batch):
         tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
@@ -140,7 +141,7 @@ def _synth_non_first(cfg: Config, rng: np.random.Generator, t: int) -> dict[str,
     return _batch(trees, targets)
 
 
-def _synth_zero(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_zero(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     trees, targets = [], []
     for r in range(cfg.batch):
         tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
@@ -159,7 +160,7 @@ def _synth_zero(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.n
     return _batch(trees, targets)
 
 
-def _synth_malformed(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_malformed(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     """Rows 0-1 well-formed; then one defect per row, each on the walked path."""
     trees = [random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB) for _ in range(cfg.batch)]
     targets = [synth_target_predict(rng, tr, VOCAB) for tr in trees]
@@ -194,7 +195,7 @@ def _synth_malformed(cfg: Config, rng: np.random.Generator, t: int) -> dict[str,
     return d
 
 
-def _synth_negative(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_negative(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     """A negative token id (-1 is the padding value) in a live slot 0..node_count of
     node_token_ids or target_predict is NEGATIVE_TOKEN wherever it is, reached by the walk
     or not; past node_count it is padding and does not count (docs/ops/tree_accept.md).
@@ -275,7 +276,7 @@ BAD_LINK_PLACES = ("root_next_token", "root_first_sibling", "root_last_sibling",
                    "accepted_mid_sibling", "accepted_last_sibling", "accepted_leaf_next_token")
 
 
-def _tree_from_parents(rng: np.random.Generator, t: int, parents: list[int]) -> Tree:
+def _tree_from_parents(rng: Rng | np.random.Generator, t: int, parents: list[int]) -> Tree:
     """A well-formed tree from the parents of slots 1..n (parents[i - 1] < i), distinct random
     sibling tokens, children linked in slot order."""
     n = len(parents)
@@ -295,7 +296,7 @@ def _tree_from_parents(rng: np.random.Generator, t: int, parents: list[int]) -> 
     return Tree(n, par, dep, ids, nt, ns)
 
 
-def _synth_bad_links(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_bad_links(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     """Row 0: issue 10's input (a sibling link 0 at the end of the root's list), padded to T;
     row 1: a well-formed control (status 0). Then one row per (place, bad value) of
     BAD_LINK_PLACES x bad_link_values: a tree of node_count = T - 5 nodes whose walk follows
@@ -359,7 +360,7 @@ def _synth_bad_links(cfg: Config, rng: np.random.Generator, t: int) -> dict[str,
     return _batch(trees, targets)
 
 
-def _synth_leaf_siblings(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_leaf_siblings(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     """The walk stops at an accepted slot none of whose children matches, even when a
     sibling (or an uncle) of that slot carries the bonus token. Hand-made rows (parents of
     slots 1..n; every row well-formed, status 0):
@@ -378,8 +379,9 @@ def _synth_leaf_siblings(cfg: Config, rng: np.random.Generator, t: int) -> dict[
        bonus token and has a matching child.
     9. accept a leaf whose prediction is its own token (a sibling list that restarts at the
        current slot would accept it again).
-    Rows 10..: random trees (depth 5, top-k 4), a walk to a random leaf that has siblings,
-    whose prediction is the token of one of them (later and earlier alternately).
+    Rows 10..: random trees (depth 5, top-k 4), a walk to a random leaf whose prediction is
+    the token of its next sibling (even rows: what a walk that goes on from a leaf into its
+    next sibling accepts) or of an earlier sibling (odd rows), by construction.
     """
     rows: list[tuple[Tree, np.ndarray]] = []
 
@@ -422,17 +424,16 @@ def _synth_leaf_siblings(cfg: Config, rng: np.random.Generator, t: int) -> dict[
         check(k, path)
     while len(rows) < cfg.batch:
         tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
-        leaves = [s for s in range(1, tree.node_count + 1)
-                  if tree.next_token[s] == -1 and len(tree.children(int(tree.parents[s]))) >= 2]
+        want_next = len(rows) % 2 == 0  # even rows: the next sibling; odd rows: an earlier one
+        leaves = [s for s in range(1, tree.node_count + 1) if tree.next_token[s] == -1
+                  and (tree.next_sibling[s] != -1 if want_next else tree.children(int(tree.parents[s]))[0] != s)]
         if not leaves:
             continue
         leaf = leaves[int(rng.integers(0, len(leaves)))]
-        sibs = [s for s in tree.children(int(tree.parents[leaf])) if s != leaf]
-        later = [s for s in sibs if s > leaf]
-        earlier = [s for s in sibs if s < leaf]
-        pick = (later or earlier) if len(rows) % 2 == 0 else (earlier or later)
+        earlier = [s for s in tree.children(int(tree.parents[leaf])) if s < leaf]
+        pick = int(tree.next_sibling[leaf]) if want_next else earlier[int(rng.integers(0, len(earlier)))]
         tp = _follow_path(rng, tree, path_to(tree, leaf))
-        tp[leaf] = tree.token_ids[pick[int(rng.integers(0, len(pick)))]]
+        tp[leaf] = tree.token_ids[pick]
         rows.append((tree, tp))
         check(len(rows) - 1, path_to(tree, leaf)[1:])
     return _batch([r[0] for r in rows], [r[1] for r in rows])
@@ -441,7 +442,7 @@ def _synth_leaf_siblings(cfg: Config, rng: np.random.Generator, t: int) -> dict[
 WIDE_ID_OFFSETS = (2**32, 2**40, 2**62, 2**31)
 
 
-def _synth_wide_ids(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, np.ndarray]:
+def _synth_wide_ids(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
     """Full-accept walks whose ids all carry a large offset; odd rows change the prediction
     at one step only in bit 33, so a walk comparing ids narrowed to 32 bits accepts on."""
     trees, targets = [], []
@@ -462,7 +463,7 @@ def _synth_wide_ids(cfg: Config, rng: np.random.Generator, t: int) -> dict[str, 
     return _batch(trees, targets)
 
 
-_SYNTH: dict[str, Callable[[Config, np.random.Generator, int], dict[str, np.ndarray]]] = {
+_SYNTH: dict[str, Callable[[Config, Rng, int], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "underfull": _synth_underfull,
     "chain": _synth_chain,
@@ -485,7 +486,6 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         KeyError: unknown configuration.
     """
     cfg = CONFIGS[name]
-    rng = np.random.default_rng(cfg.seed)
-    inputs = _SYNTH[cfg.kind](cfg, rng, cfg.budget + 1)
+    inputs = _SYNTH[cfg.kind](cfg, Rng(cfg.seed), cfg.budget + 1)
     expected = SPEC.reference(inputs, {})
     return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected)

@@ -11,22 +11,26 @@ NEGATIVE_TOKEN (docs/ops/greedy_step.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
 import numpy as np
+
+from kdtr.bf16 import round_to
+from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
 
 from kdtr.ops import tree_build as build_op
 from kdtr.ops.greedy_step import SPEC
 
 from . import gen_tree_build_refs as build_gen
 from . import gen_verify_attn_refs as attn_gen
-from .trees import Tree, synth_target_predict
 from .golden import package
+from .rng import Rng
+from .trees import Tree, synth_target_predict
 
 OP = "greedy_step"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: host-independent synthesis (kdtr.generators.rng, kdtr.bf16, kdtr.detmath)
 VOCAB = build_gen.VOCAB
 
 
@@ -68,7 +72,7 @@ CONFIGS: dict[str, Config] = {
 }
 
 
-def _build_inputs(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _build_inputs(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     lp, ids = build_gen.drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
     x = {
         "top_log_probs": lp,
@@ -81,7 +85,7 @@ def _build_inputs(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray
         x["budget"][:] = [cfg.budgets[r % len(cfg.budgets)] for r in range(cfg.batch)]
     if cfg.kind == "ties":
         vals = rng.choice(np.array([0.0, -0.5, -1.0, -2.0], np.float32), size=lp.shape, p=[0.4, 0.3, 0.2, 0.1])
-        x["top_log_probs"] = -np.sort(-vals, axis=-1).astype(np.float32)
+        x["top_log_probs"] = -np.sort(-vals, axis=-1, kind="stable").astype(np.float32)  # f32 already: exact
     if cfg.kind == "invalid":
         x["top_log_probs"][1, 0, 1] = np.nan  # tree_build NON_FINITE: root-only tree
         x["budget"][2] = cfg.budget + 5  # tree_build BAD_BUDGET: root-only tree
@@ -98,7 +102,7 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         KeyError: unknown configuration.
     """
     cfg = CONFIGS[name]
-    rng = np.random.default_rng(cfg.seed)
+    rng = Rng(cfg.seed)
     b, t = cfg.batch, cfg.budget + 1
     bx = _build_inputs(cfg, rng)
     tree = build_op.SPEC.reference(bx, {"max_budget": cfg.budget})  # the tree the attention inputs fit
@@ -108,10 +112,10 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
     s = int((prefix + t).max())
     dt = np.float32 if cfg.dtype == "f32" else bfloat16()
-    q = rng.standard_normal((b, t, cfg.heads, cfg.dqk)).astype(dt)
-    kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
+    q = round_to(rng.standard_normal((b, t, cfg.heads, cfg.dqk)), dt)  # kdtr's rounding (kdtr/bf16.py)
+    kv = round_to(rng.standard_normal((b, s, cfg.dqk)), dt)
     attn_gen.poison(None if cfg.finite_padding else q, kv, None, prefix, tree_len)  # visibility: from tree_build
-    sm_scale = np.array(cfg.sm_scale or cfg.dqk**-0.5, np.float32)
+    sm_scale = round_to(cfg.sm_scale or 1.0 / math.sqrt(cfg.dqk), np.float32)  # sqrt: correctly rounded, unlike pow
     d_v = np.array(cfg.d_v, np.int32)
 
     # target predictions on the reference tree (DESIGN 4)

@@ -16,11 +16,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kdtr.bf16 import to_float32
+from kdtr.detmath import fixed_sum, log
 from kdtr.ops.tree_build import SPEC
+
 from .golden import package
+from .rng import Rng
 
 OP = "tree_build"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: host-independent synthesis (kdtr.generators.rng, kdtr.bf16, kdtr.detmath)
 VOCAB = 32000
 
 
@@ -67,21 +71,23 @@ CONFIGS: dict[str, Config] = {
 }
 
 
-def drafter_rows(rng: np.random.Generator, b: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted f32 top-k log-probs and distinct token ids, [b, d, k] each."""
+def drafter_rows(rng: Rng | np.random.Generator, b: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted f32 top-k log-probs and distinct token ids, [b, d, k] each.
+
+    Host-independent for an :class:`Rng`: a fixed-order sum, kdtr's log and f32 rounding
+    (kdtr/detmath.py, kdtr/bf16.py), stable sorts."""
     width = max(64, 2 * k)
     alpha = rng.uniform(0.03, 1.0, size=(b, d, 1))
     probs = rng.gamma(np.broadcast_to(alpha, (b, d, width)))
-    probs /= probs.sum(axis=-1, keepdims=True)
-    top = -np.sort(-probs, axis=-1)[..., :k]
-    with np.errstate(divide="ignore"):
-        lp = np.log(np.maximum(top, 1e-30)).astype(np.float32)
-    lp = -np.sort(-lp, axis=-1)  # float32 rounding can't reorder, but keep the contract explicit
+    probs = probs / fixed_sum(probs, axis=-1, keepdims=True)
+    top = -np.sort(-probs, axis=-1, kind="stable")[..., :k]
+    lp = to_float32(log(np.maximum(top, 1e-30)))
+    lp = -np.sort(-lp, axis=-1, kind="stable")  # float32 rounding can't reorder, but keep the contract explicit
     ids = np.stack([rng.choice(VOCAB, size=k, replace=False) for _ in range(b * d)]).reshape(b, d, k)
     return lp.astype(np.float32), ids.astype(np.int64)
 
 
-def _base(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _base(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     lp, ids = drafter_rows(rng, cfg.batch, cfg.depth, cfg.topk)
     return {
         "top_log_probs": lp,
@@ -92,20 +98,20 @@ def _base(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def _synth_random(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_random(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     return _base(cfg, rng)
 
 
-def _synth_ties(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_ties(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     x = _base(cfg, rng)
     values = np.array([0.0, -0.5, -1.0, -2.0], np.float32)
     lp = rng.choice(values, size=x["top_log_probs"].shape, p=[0.4, 0.3, 0.2, 0.1])
-    x["top_log_probs"] = -np.sort(-lp, axis=-1).astype(np.float32)
+    x["top_log_probs"] = -np.sort(-lp, axis=-1, kind="stable").astype(np.float32)  # f32 already: exact
     x["top_log_probs"][0] = 0.0  # a fully saturated request: every score ties
     return x
 
 
-def _synth_root_only(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_root_only(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     x = _base(cfg, rng)
     x["budget"][:] = [0, 0, cfg.budget, 5][: cfg.batch]
     x["depth_limit"][:] = [cfg.depth, 0, 0, 0][: cfg.batch]
@@ -119,7 +125,7 @@ def _poison_past_limit(x: dict[str, np.ndarray]) -> None:
         ids[r, limit:] = -7
 
 
-def _synth_mixed(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_mixed(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     x = _base(cfg, rng)
     x["budget"][:] = rng.integers(1, cfg.budget + 1, cfg.batch)
     x["depth_limit"][:] = rng.integers(1, cfg.depth + 1, cfg.batch)
@@ -129,7 +135,7 @@ def _synth_mixed(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]
     return x
 
 
-def _synth_zero(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_zero(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     x = _base(cfg, rng)
     ids = x["top_token_ids"]
     for r in range(cfg.batch):
@@ -142,7 +148,7 @@ def _synth_zero(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return x
 
 
-def _synth_invalid(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_invalid(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     x = _base(cfg, rng)
     lp, ids, budget, limit = x["top_log_probs"], x["top_token_ids"], x["budget"], x["depth_limit"]
     lp[1, 2, 3] = np.nan  # NON_FINITE
@@ -162,7 +168,7 @@ def _synth_invalid(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarra
 PRECEDENCE_STATUS = (1, 1, 2, 3, 3, 5, 5, 4, 3, 3, 0, 6)
 
 
-def _synth_precedence(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_precedence(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     x = _base(cfg, rng)
     lp, ids, budget, limit = x["top_log_probs"], x["top_token_ids"], x["budget"], x["depth_limit"]
     budget[0], limit[0] = cfg.budget + 1, cfg.depth + 1  # BAD_BUDGET and BAD_DEPTH_LIMIT: 1
@@ -187,8 +193,8 @@ def _synth_precedence(cfg: Config, rng: np.random.Generator) -> dict[str, np.nda
 # move a float64 sum of ordinary values by thousands of ulps, so the order of the two additions of
 # a sibling score decides its last bits) and ordinary ones, repeated so that different rank paths
 # have mathematically equal scores.
-NEAR_TIE_TINY = np.array([-1e-12, -1e-30, -(2.0**-40), -1e-40, -1.4e-45, -3e-9, -1e-7], np.float32)
-NEAR_TIE_ORDINARY = np.array([-0.3, -1.7, -0.5, -0.7, -1.1, -2.3], np.float32)
+NEAR_TIE_TINY = to_float32([-1e-12, -1e-30, -(2.0**-40), -1e-40, -1.4e-45, -3e-9, -1e-7])
+NEAR_TIE_ORDINARY = to_float32([-0.3, -1.7, -0.5, -0.7, -1.1, -2.3])
 # Wrong evaluations of the scores (the golden's requests are chosen so that each changes the tree).
 NEAR_TIE_WRONG = ("swap", "diff", "f32")
 
@@ -218,7 +224,7 @@ def grow_scored(lp: np.ndarray, ids: np.ndarray, budget: int, depth_limit: int, 
     return out
 
 
-def _near_tie_rows(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
+def _near_tie_rows(rng: Rng | np.random.Generator, d: int, k: int) -> np.ndarray:
     """f32 [d, k] sorted rows mixing NEAR_TIE_TINY and NEAR_TIE_ORDINARY: one row shared by
     every depth, independent rows, or rows whose two best ranks are tiny (child scores that
     nearly tie their parent's siblings)."""
@@ -226,7 +232,7 @@ def _near_tie_rows(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
 
     def one(n_tiny: int) -> np.ndarray:
         vals = np.concatenate([rng.choice(NEAR_TIE_TINY, n_tiny), rng.choice(NEAR_TIE_ORDINARY, k - n_tiny)])
-        return -np.sort(-vals.astype(np.float32))
+        return -np.sort(-vals.astype(np.float32), kind="stable")  # f32 already: exact
 
     if family == 0:
         return np.tile(one(int(rng.integers(1, k))), (d, 1))
@@ -235,7 +241,7 @@ def _near_tie_rows(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
     return np.stack([one(min(2, k)) for _ in range(d)])
 
 
-def _synth_near_ties(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _synth_near_ties(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     """Request 0: issue 10's input (rows [-1e-12, -0.3], budget 4, depth_limit 2), padded with
     ranks of -5 and -6 that the tree never reaches. Request r >= 1: near-tie rows
     (:func:`_near_tie_rows`) drawn until the wrong evaluation NEAR_TIE_WRONG[(r - 1) % 3]
@@ -245,7 +251,7 @@ def _synth_near_ties(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndar
     lp, ids = x["top_log_probs"], x["top_token_ids"]
     if cfg.topk < 4:
         raise ValueError("near_ties: top-k must be >= 4")
-    lp[0] = np.array([-1e-12, -0.3, -5.0, -6.0] + [-7.0] * (cfg.topk - 4), np.float32)
+    lp[0] = to_float32([-1e-12, -0.3, -5.0, -6.0] + [-7.0] * (cfg.topk - 4))
     ids[0] = np.arange(1, cfg.depth * cfg.topk + 1).reshape(cfg.depth, cfg.topk)
     ids[0, :2, :2] = [[1, 2], [3, 4]]
     x["root_token_ids"][0] = 0
@@ -262,7 +268,7 @@ def _synth_near_ties(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndar
     return x
 
 
-_SYNTH: dict[str, Callable[[Config, np.random.Generator], dict[str, np.ndarray]]] = {
+_SYNTH: dict[str, Callable[[Config, Rng], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "ties": _synth_ties,
     "root_only": _synth_root_only,
@@ -281,7 +287,6 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         KeyError: unknown configuration.
     """
     cfg = CONFIGS[name]
-    rng = np.random.default_rng(cfg.seed)
-    inputs = _SYNTH[cfg.kind](cfg, rng)
+    inputs = _SYNTH[cfg.kind](cfg, Rng(cfg.seed))
     expected = SPEC.reference(inputs, {"max_budget": cfg.budget})
     return package(OP, name, cfg, GENERATOR_VERSION, inputs, expected, max_budget=cfg.budget)

@@ -20,24 +20,27 @@ the NaN policy ``equal``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
 import numpy as np
 
+from kdtr.bf16 import round_to, to_float32, widen
 from kdtr.contract import Contract
+from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
+from kdtr.ops import verify_attn as attn_op
 from kdtr.ops.verify_attn import SPEC, sm_scale_mla
 
 from .golden import package
-
+from .rng import Rng
 from .trees import chain_tree, random_tree
 
 OP = "verify_attn"
-GENERATOR_VERSION = 1
-U32 = 2.0**-24  # unit roundoff of f32
-U_BF16 = 2.0**-8  # unit roundoff of bf16
-K2_SCALE = float(np.float32(sm_scale_mla(192, 64.0)))  # 0.144680 (Kimi K2: yarn factor 64)
+GENERATOR_VERSION = 2  # 2: host-independent synthesis (kdtr.generators.rng, kdtr.bf16, kdtr.detmath)
+U32 = math.ldexp(1.0, -24)  # unit roundoff of f32
+U_BF16 = math.ldexp(1.0, -8)  # unit roundoff of bf16
+K2_SCALE = float(to_float32(sm_scale_mla(192, 64.0)))  # 0.144680 (Kimi K2: yarn factor 64)
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,13 @@ def tree_visibility(parents: np.ndarray, n: int, t: int) -> np.ndarray:
     return vis
 
 
-def _tree(cfg: Config, rng: np.random.Generator, n: int) -> np.ndarray:
+def put(arr: np.ndarray, index, value) -> None:
+    """``arr[index] = value`` with the value rounded to ``arr``'s dtype by kdtr's rule
+    (kdtr/bf16.py: bf16 or f32; NaN the canonical NaN), never by a library cast."""
+    arr[index] = round_to(np.asarray(value, np.float64), arr.dtype)
+
+
+def _tree(cfg: Config, rng: Rng | np.random.Generator, n: int) -> np.ndarray:
     t = cfg.slots
     if cfg.shape == "chain":
         return tree_visibility(chain_tree(rng, t, n, 100).parents, n, t)
@@ -139,8 +148,8 @@ def poison(q: np.ndarray | None, kv: np.ndarray, vis: np.ndarray | None, prefix:
     for r in range(kv.shape[0]):
         tl, pl = int(tree_len[r]), int(prefix[r])
         if q is not None:
-            q[r, tl:] = np.nan
-        kv[r, pl + tl:] = np.nan
+            put(q, (r, slice(tl, None)), np.nan)
+        put(kv, (r, slice(pl + tl, None)), np.nan)
         if vis is not None:
             vis[r, tl:, :] = 1
             vis[r, :, tl:] = 1
@@ -183,7 +192,6 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
     q, kv, vis = x["q"], x["kv_cache"], x["visibility"]
     _, _, h, dqk = q.shape
     d_v = int(x["d_v"])
-    dt = q.dtype
     for r in range(q.shape[0]):
         kind = kinds[r % len(kinds)]
         if not kind:
@@ -201,19 +209,19 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
         if dqk < 4 or d_v < 4:
             raise ValueError(f"request {r}, nonfinite {kind}: Dqk {dqk} and d_v {d_v} must be >= 4")
         if kind == "nan_q":
-            q[r, 1, 0, dqk // 2] = np.nan
+            put(q, (r, 1, 0, dqk // 2), np.nan)
         elif kind == "nan_prefix_key":
-            kv[r, 0, 0] = np.nan
+            put(kv, (r, 0, 0), np.nan)
         elif kind == "nan_tree_key":
-            kv[r, pl + tl - 2, 0] = np.nan
+            put(kv, (r, pl + tl - 2, 0), np.nan)
         elif kind == "inf_q":
-            kv[r, : pl + tl, 2] = (np.abs(kv[r, : pl + tl, 2].astype(np.float32)) + 0.25).astype(dt)
-            q[r, 1, 0, 2] = np.inf
+            put(kv, (r, slice(0, pl + tl), 2), np.abs(widen(kv[r, : pl + tl, 2])) + 0.25)
+            put(q, (r, 1, 0, 2), np.inf)
         elif kind in ("neg_inf_key", "only_neg_inf"):
-            q[r, :tl, :, 3] = (np.abs(q[r, :tl, :, 3].astype(np.float32)) + 0.25).astype(dt)
-            kv[r, 0, 3] = -np.inf  # prefix key 0, or tree slot 0 when prefix_len is 0
+            put(q, (r, slice(0, tl), slice(None), 3), np.abs(widen(q[r, :tl, :, 3])) + 0.25)
+            put(kv, (r, 0, 3), -np.inf)  # prefix key 0, or tree slot 0 when prefix_len is 0
             if kind == "neg_inf_key":
-                q[r, tl - 1, h - 1, 3] = -q[r, tl - 1, h - 1, 3]
+                put(q, (r, tl - 1, h - 1, 3), -widen(q[r, tl - 1, h - 1, 3]))
             else:
                 vis[r, 1, :tl] = 0
                 vis[r, 1, 0] = 1
@@ -221,7 +229,7 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
             vis[r, 1, :tl] = 0
 
 
-def _special_huge_scores(cfg: Config, rng: np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
+def _special_huge_scores(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
                          prefix: np.ndarray, tree_len: np.ndarray) -> None:
     """Integer q and keys (exact in f32 and bf16, so are the scores): dims 0..Dqk-2 in
     [-2, 2]; the last key dim (a rope dim: not a value, d_v < Dqk) 48 on every key of even
@@ -231,16 +239,16 @@ def _special_huge_scores(cfg: Config, rng: np.random.Generator, q: np.ndarray, k
     (> 709.78) or underflows (< -745) in float64 for every key of every row, so a kernel
     without max-subtraction returns NaN, inf or -inf everywhere."""
     b, t, h, dqk = q.shape
-    q[...] = rng.integers(-2, 3, q.shape)
-    kv[...] = rng.integers(-2, 3, kv.shape)
-    q[..., -1] = rng.integers(24, 65, (b, t, h)) * rng.choice([-1, 1], (b, t, h))
+    put(q, ..., rng.integers(-2, 3, q.shape))
+    put(kv, ..., rng.integers(-2, 3, kv.shape))
+    put(q, (..., -1), rng.integers(24, 65, (b, t, h)) * rng.choice([-1, 1], (b, t, h)))
     for r in range(b):
-        kv[r, :, -1] = rng.choice([46, 47, 48], kv.shape[1]) if r % 2 else 48
+        put(kv, (r, slice(None), -1), rng.choice([46, 47, 48], kv.shape[1]) if r % 2 else 48)
         if prefix[r] > 64:
-            kv[r, :64, -1] = 40
+            put(kv, (r, slice(0, 64), -1), 40)
 
 
-def _special_masked_extremes(cfg: Config, rng: np.random.Generator, q: np.ndarray, kv: np.ndarray,
+def _special_masked_extremes(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray,
                              vis: np.ndarray, prefix: np.ndarray, tree_len: np.ndarray) -> None:
     """Integer q and keys in [-1, 1] except the last key dim (a rope dim): +450 ("hot") on
     about 80% of the tree's leaves (the last slot, always a leaf, included), -450 ("cold") on
@@ -250,17 +258,17 @@ def _special_masked_extremes(cfg: Config, rng: np.random.Generator, q: np.ndarra
     keys instead of the visible ones is 870 or more above every visible score, whose weights
     then underflow even in float64. Leaf rows see their own hot key."""
     b, t, h, dqk = q.shape
-    q[...] = rng.integers(-1, 2, q.shape)
-    kv[...] = rng.integers(-1, 2, kv.shape)
-    q[..., -1] = np.where(np.arange(h) % 2 == 0, 1, -1)
+    put(q, ..., rng.integers(-1, 2, q.shape))
+    put(kv, ..., rng.integers(-1, 2, kv.shape))
+    put(q, (..., -1), np.where(np.arange(h) % 2 == 0, 1, -1))
     for r in range(b):
         pl, tl = int(prefix[r]), int(tree_len[r])
         leaf = vis[r, :tl, :tl].sum(axis=0) == 1  # seen by no row but its own
         hot = leaf & (rng.random(tl) < 0.8)
         hot[0] = False
         hot[tl - 1] = tl > 1
-        kv[r, :, -1] = -450
-        kv[r, pl : pl + tl, -1] = np.where(hot, 450, -450)
+        put(kv, (r, slice(None), -1), -450)
+        put(kv, (r, slice(pl, pl + tl), -1), np.where(hot, 450, -450))
 
 
 # no_visible_key: per request, (rows whose tree visibility is cleared, rows that lose column 0).
@@ -273,7 +281,7 @@ NO_KEY_ROWS: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
 )
 
 
-def _special_no_visible_key(cfg: Config, rng: np.random.Generator, q: np.ndarray, kv: np.ndarray,
+def _special_no_visible_key(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray,
                             vis: np.ndarray, prefix: np.ndarray, tree_len: np.ndarray) -> None:
     """NO_KEY_ROWS applied to the tree masks (inside the valid square; the poison outside it
     stays 1, so a kernel that reads it sees a key that is not there)."""
@@ -297,14 +305,14 @@ SPECIAL_KINDS = {
 }
 
 
-def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def synth(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     b, t = cfg.batch, cfg.slots
     prefix = np.array([cfg.prefix[r % len(cfg.prefix)] for r in range(b)], np.int32)
     tree_len = np.array([cfg.tree_len[r % len(cfg.tree_len)] if cfg.tree_len else t for r in range(b)], np.int32)
     s = int((prefix + t).max())
     dt = np.float32 if cfg.dtype == "f32" else bfloat16()
-    q = (rng.standard_normal((b, t, cfg.heads, cfg.dqk)) * cfg.q_scale).astype(dt)
-    kv = rng.standard_normal((b, s, cfg.dqk)).astype(dt)
+    q = round_to(rng.standard_normal((b, t, cfg.heads, cfg.dqk)) * cfg.q_scale, dt)  # kdtr's rounding
+    kv = round_to(rng.standard_normal((b, s, cfg.dqk)), dt)
     vis = np.zeros((b, t, t), np.uint8)
     for r in range(b):
         vis[r] = _tree(cfg, rng, int(tree_len[r]) - 1)
@@ -317,14 +325,14 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
         if fill is not None:
             fill(cfg, rng, q, kv, vis, prefix, tree_len)
     poison(None if cfg.special == "finite_padding" else q, kv, vis, prefix, tree_len)
-    scale = cfg.sm_scale or cfg.dqk**-0.5
+    scale = cfg.sm_scale or 1.0 / math.sqrt(cfg.dqk)  # sqrt: correctly rounded, unlike pow
     x = {
         "q": q,
         "kv_cache": kv,
         "prefix_len": prefix,
         "tree_len": tree_len,
         "visibility": vis,
-        "sm_scale": np.array(scale, np.float32),
+        "sm_scale": round_to(scale, np.float32),
         "d_v": np.array(cfg.d_v, np.int32),
     }
     if cfg.nonfinite:
@@ -334,23 +342,12 @@ def synth(cfg: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def max_abs_score(x: dict[str, np.ndarray]) -> float:
     """Largest finite |scaled score| over the valid rows and keys (drives the f32 error
-    bound); scores that are NaN or infinite (nonfinite configurations) are left out."""
-    worst = 0.0
-    for r in range(x["q"].shape[0]):
-        pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
-        if tl == 0:
-            continue
-        qr = x["q"][r, :tl].astype(np.float64)
-        keys = x["kv_cache"][r, : pl + tl].astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            a = np.abs(np.einsum("thd,ld->thl", qr, keys, optimize=True))
-        a = a[np.isfinite(a)]
-        if a.size:
-            worst = max(worst, float(a.max()))
-    return worst * float(x["sm_scale"])
+    bound); scores that are NaN or infinite (nonfinite configurations) are left out.
+    Computed by :func:`kdtr.ops.verify_attn.max_abs_score` (exact dot products)."""
+    return attn_op.max_abs_score(x["q"], x["kv_cache"], x["prefix_len"], x["tree_len"], x["sm_scale"])
 
 
-def tolerances(x: dict[str, np.ndarray], nan: str = "fail") -> dict[str, Contract]:
+def tolerances(x: dict[str, np.ndarray], nan: str = "fail", smax: float | None = None) -> dict[str, Contract]:
     """Per-golden contracts from an error model calibrated by bench/attn_error_model.py.
 
     An f32-accumulating kernel's score errors grow with the score magnitude: with
@@ -365,7 +362,8 @@ def tolerances(x: dict[str, np.ndarray], nan: str = "fail") -> dict[str, Contrac
 
     ``nan`` is the contracts' NaN policy: "fail" (no NaN may appear) for goldens with finite
     inputs, "equal" (NaN must meet NaN) for the nonfinite configurations. Non-finite
-    scores and values are left out of S and V.
+    scores and values are left out of S and V. ``smax``: S if known already (the reference's
+    ``stats``), else computed by :func:`max_abs_score`.
 
     Raises:
         ValueError: ``nan`` not a contract NaN policy (from :class:`Contract`).
@@ -373,11 +371,11 @@ def tolerances(x: dict[str, np.ndarray], nan: str = "fail") -> dict[str, Contrac
     d_v = int(x["d_v"])
     vmax = 1.0
     for r in range(x["q"].shape[0]):
-        rows = np.abs(x["kv_cache"][r, : int(x["prefix_len"][r]) + int(x["tree_len"][r]), :d_v].astype(np.float64))
+        rows = np.abs(widen(x["kv_cache"][r, : int(x["prefix_len"][r]) + int(x["tree_len"][r]), :d_v]))
         rows = rows[np.isfinite(rows)]  # a NaN or inf value only meets weight 0 or NaN rows
         if rows.size:
             vmax = max(vmax, float(rows.max()))
-    smax = max(1.0, max_abs_score(x))
+    smax = max(1.0, max_abs_score(x) if smax is None else smax)
     lmax = int((x["prefix_len"] + x["tree_len"]).max())
     out_atol = max(1e-5, 2 * U32 * smax * vmax)
     if x["q"].dtype != np.float32:
@@ -396,8 +394,8 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         KeyError: unknown configuration.
     """
     cfg = CONFIGS[name]
-    rng = np.random.default_rng(cfg.seed)
-    x = synth(cfg, rng)
-    expected = SPEC.reference(x, {})
-    contracts = tolerances(x, nan="equal" if cfg.nonfinite else "fail")
+    x = synth(cfg, Rng(cfg.seed))
+    stats: dict[str, float] = {}
+    expected = attn_op.verify_attn(**x, stats=stats).as_dict()  # = SPEC.reference(x, {}), with S
+    contracts = tolerances(x, nan="equal" if cfg.nonfinite else "fail", smax=stats["max_abs_score"])
     return package(OP, name, cfg, GENERATOR_VERSION, x, expected, contracts, dtype=cfg.dtype)

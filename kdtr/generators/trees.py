@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .rng import Rng  # noqa: F401  (type hints: an Rng or a numpy Generator)
+
 
 @dataclass
 class Tree:
@@ -49,8 +51,17 @@ def links_from_parents(parents: np.ndarray, node_count: int) -> tuple[np.ndarray
     return next_token, next_sibling
 
 
+def weighted_index(rng, n: int) -> int:
+    """An index in [0, n) with probability proportional to n - 1 + i (1 when n == 1): one
+    ``rng.integers`` draw searched in the integer cumulative weights."""
+    if n == 1:
+        return 0
+    cdf = np.cumsum(np.arange(n - 1, 2 * n - 1, dtype=np.int64))
+    return int(np.searchsorted(cdf, int(rng.integers(0, int(cdf[-1]))), side="right"))
+
+
 def random_tree(
-    rng: np.random.Generator,
+    rng: Rng | np.random.Generator,
     t: int,
     node_count: int,
     max_depth: int,
@@ -75,9 +86,9 @@ def random_tree(
         open_slots = [s for s in range(i) if depths[s] < max_depth and len(kids[s]) < min(max_children, vocab)]
         if not open_slots:
             break
-        # Favour recent slots a little so trees grow deep as well as wide.
-        w = np.linspace(1.0, 2.0, len(open_slots))
-        p = int(rng.choice(open_slots, p=w / w.sum()))
+        # Favour recent slots a little so trees grow deep as well as wide: weights n-1 .. 2n-2
+        # (proportional to 1..2), integers, so the draw has no float rounding to depend on.
+        p = open_slots[weighted_index(rng, len(open_slots))]
         tok = int(rng.integers(0, vocab))
         while tok in kids[p]:
             tok = int(rng.integers(0, vocab))
@@ -89,7 +100,7 @@ def random_tree(
     return Tree(n, parents, depths, ids, next_token, next_sibling)
 
 
-def chain_tree(rng: np.random.Generator, t: int, node_count: int, vocab: int) -> Tree:
+def chain_tree(rng: Rng | np.random.Generator, t: int, node_count: int, vocab: int) -> Tree:
     """A chain: slot i's only child is slot i + 1 (top-k width 1)."""
     parents = np.full(t, -1, np.int32)
     depths = np.full(t, -1, np.int32)
@@ -102,7 +113,7 @@ def chain_tree(rng: np.random.Generator, t: int, node_count: int, vocab: int) ->
     return Tree(node_count, parents, depths, ids, next_token, next_sibling)
 
 
-def non_child_token(rng: np.random.Generator, tree: Tree, slot: int, vocab: int) -> int:
+def non_child_token(rng: Rng | np.random.Generator, tree: Tree, slot: int, vocab: int) -> int:
     """A token that matches no child of ``slot`` (the walk stops there)."""
     taken = {int(tree.token_ids[c]) for c in tree.children(slot)}
     if len(taken) >= vocab:
@@ -114,7 +125,7 @@ def non_child_token(rng: np.random.Generator, tree: Tree, slot: int, vocab: int)
 
 
 def synth_target_predict(
-    rng: np.random.Generator,
+    rng: Rng | np.random.Generator,
     tree: Tree,
     vocab: int,
     p_first: float = 0.7,

@@ -7,7 +7,14 @@ position: keys are the full ``Dqk`` (= 512 latent + 64 rope) dims, values the fi
 their visibility (ancestor) row allows.
 
 Evaluated in float64 from the stored inputs (bf16 widened exactly) with the row max
-subtracted before exponentiation, then rounded to float32.
+subtracted before exponentiation, then rounded to float32, with the same bits on every host
+(docs/harness.md, "Host independence of goldens"): every dot product is the exact sum of
+integer slice products that any BLAS computes exactly in any order, combined in a fixed
+order (:func:`kdtr.detmath.matmul_exact`: within a few float64 ulp of the exact value); exp
+and log are kdtr's own (:mod:`kdtr.detmath`), the softmax denominator a fixed-order sum, and
+the weights of ``out`` (in [0, 1]) are rounded to multiples of 2^(1 - 2w), w = 20..26 bits
+from the key count (an error below 2^-40 per weight), before their exact product with the
+values; the float32 rounding is kdtr's (:mod:`kdtr.bf16`).
 
 Non-finite scores (docs/ops/verify_attn.md, "NaN and infinities"): whether a row is
 empty is decided from its visible-key set, never from its scores. A row with no visible
@@ -20,11 +27,14 @@ weight 0 contributes nothing to out (not even 0 * inf = NaN).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..bf16 import to_float32, widen
 from ..contract import Contract
+from ..detmath import Sliced, exp, fixed_sum, log, matmul_exact, slice_bits
 from ..limits import check_output_bytes, check_scratch_bytes, verify_attn_output_bytes
 from . import OpSpec, TensorSpec, register_op
 
@@ -41,27 +51,30 @@ class VerifyAttnResult:
         return {"out": self.out, "lse": self.lse}
 
 
-def _scores_f64(qr: np.ndarray, keys: np.ndarray, scale: float) -> np.ndarray:
-    """Scaled scores [tl,H,L] (float64) of queries qr [tl,H,Dqk] against keys [L,Dqk].
+ROW_BLOCK_ELEMENTS = 1 << 22  # scores [rows, H, L] of this many float64 per block of tree rows
 
-    Finite inputs go through one BLAS contraction (the values of every golden). Entries
-    whose query row or key row holds a NaN or an infinity are recomputed as plain IEEE
-    sums of products, so that their class (NaN, +inf, -inf) never depends on a BLAS
-    library's handling of non-finite operands: NaN if a term is NaN (a NaN factor or
-    0 * inf) or terms of +inf and -inf meet, else +-inf if a term is infinite.
+
+def _scores_f64(qr: np.ndarray, keys: Sliced, bad_k: np.ndarray, keys_raw: np.ndarray, scale: float) -> np.ndarray:
+    """Scaled scores [tl,H,L] (float64) of queries qr [tl,H,Dqk] against the keys [L,Dqk].
+
+    Finite operands go through :func:`kdtr.detmath.matmul_exact` (``keys`` is the sliced
+    key matrix [Dqk, L], its non-finite rows zeroed): the same bits on every host. Entries whose query row or key row (``bad_k``)
+    holds a NaN or an infinity are recomputed as plain IEEE sums of products: all of them
+    are NaN or +-inf, and their class (NaN if a term is NaN, as 0 * inf, or terms of +inf
+    and -inf meet; else +-inf) does not depend on the order of the sum.
     """
-    with np.errstate(invalid="ignore", over="ignore"):
-        scores = np.einsum("thd,ld->thl", qr, keys, optimize=True)
+    tl, h, dqk = qr.shape
     bad_q = ~np.isfinite(qr).all(axis=-1)  # [tl, H]
-    bad_k = ~np.isfinite(keys).all(axis=-1)  # [L]
+    qf = np.where(bad_q[..., None], 0.0, qr).reshape(tl * h, dqk)
+    scores = matmul_exact(qf, keys).reshape(tl, h, -1)
     if bad_q.any() or bad_k.any():
         with np.errstate(invalid="ignore", over="ignore"):
             ti, hi = np.nonzero(bad_q)
             if ti.size:
-                scores[ti, hi, :] = (qr[ti, hi][:, None, :] * keys[None, :, :]).sum(axis=-1)
+                scores[ti, hi, :] = (qr[ti, hi][:, None, :] * keys_raw[None, :, :]).sum(axis=-1)
             (li,) = np.nonzero(bad_k)
             if li.size:
-                scores[:, :, li] = (qr[:, :, None, :] * keys[li][None, None, :, :]).sum(axis=-1)
+                scores[:, :, li] = (qr[:, :, None, :] * keys_raw[li][None, None, :, :]).sum(axis=-1)
     with np.errstate(invalid="ignore", over="ignore"):
         return scale * scores
 
@@ -74,8 +87,17 @@ def verify_attn_f64(
     visibility: np.ndarray,
     sm_scale: float,
     d_v: int,
+    stats: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The float64 results (out [B,T,H,d_v], lse [B,T,H]) before rounding; see :func:`verify_attn`.
+
+    Host-independent (docs/harness.md, "Host independence of goldens"): exact dot
+    products (:func:`kdtr.detmath.matmul_exact`), kdtr's own exp and log, fixed-order
+    sums; the weights of ``out`` are rounded to 2w bits (w = slice_bits(L) >= 20), an
+    error below 2^-40 per weight (module docstring).
+
+    ``stats``, when a dict, receives ``max_abs_score``: the largest finite |scaled score|
+    over the valid rows and keys (visible or not), 0.0 if there is none.
 
     Raises:
         ValueError: shapes, dtypes or lengths out of range (as :func:`verify_attn`).
@@ -98,7 +120,8 @@ def verify_attn_f64(
                        f"out [B,T,H,d_v] = [{b},{t},{h},{d_v}] and lse [B,T,H]")
     out = np.zeros((b, t, h, d_v), np.float64)
     lse = np.full((b, t, h), -np.inf, np.float64)
-    scale = float(np.float32(sm_scale))
+    scale = float(to_float32(float(sm_scale)))
+    worst = 0.0
     for r in range(b):
         pl, tl = int(prefix_len[r]), int(tree_len[r])
         if pl < 0 or not 0 <= tl <= t or pl + tl > s_max:
@@ -107,32 +130,48 @@ def verify_attn_f64(
                             f"keys [L,Dqk] and scores [tree_len,H,L] in float64, L = {pl + tl}, Dqk = {dqk}, H = {h}")
         if tl == 0:
             continue
-        keys = kv[r, : pl + tl].astype(np.float64)  # [L, Dqk]
-        qr = q[r, :tl].astype(np.float64)  # [tl, H, Dqk]
-        scores = _scores_f64(qr, keys, scale)  # [tl, H, L]
-        mask = np.ones((tl, pl + tl), bool)
-        mask[:, pl:] = np.asarray(visibility[r, :tl, :tl]) != 0
-        # Emptiness comes from the visible set, never from the scores (docs: NaN and inf).
-        empty = ~mask.any(axis=-1)[:, None, None]  # [tl, 1, 1]
-        scores = np.where(mask[:, None, :], scores, -np.inf)
-        m = scores.max(axis=-1, keepdims=True)  # NaN if any visible score is NaN
-        # NaN or +inf among the visible scores, or all of them -inf: the row is NaN.
-        nan_row = ~empty & ~np.isfinite(m)
-        m = np.where(empty | nan_row, 0.0, m)
-        p = np.exp(scores - m)  # finite m: every p in [0, 1] (0 for invisible and -inf scores)
-        denom = p.sum(axis=-1, keepdims=True)  # >= 1 for the other rows
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lse_r = np.where(empty[..., 0], -np.inf, (m + np.log(denom))[..., 0])
-            lse[r, :tl] = np.where(nan_row[..., 0], np.nan, lse_r)
-            weights = np.where(empty | nan_row, 0.0, p / np.where(denom == 0, 1.0, denom))
+        n_keys = pl + tl
+        keys = widen(kv[r, :n_keys])  # [L, Dqk], exact
+        bad_k = ~np.isfinite(keys).all(axis=-1)
+        keys_sliced = Sliced(np.where(bad_k[:, None], 0.0, keys).T, slice_bits(dqk), "right")
         # A key of weight 0 (invisible, or a -inf score) contributes nothing, even where its
         # value holds a NaN or an infinity (0 * inf would be NaN). Such a value element can
         # only belong to a weight-0 key of a row that is not NaN: the value dims are key
         # dims, so every score of that key is NaN or +-inf. Zeroing it changes nothing else.
         values = keys[:, :d_v]
-        values = np.where(np.isfinite(values), values, 0.0)
-        o = np.einsum("thl,lv->thv", weights, values, optimize=True)
-        out[r, :tl] = np.where(nan_row, np.nan, o)
+        values_sliced = Sliced(np.where(np.isfinite(values), values, 0.0), slice_bits(n_keys), "right")
+        qr_all = widen(q[r, :tl])  # [tl, H, Dqk]
+        vis_r = np.asarray(visibility[r, :tl, :tl]) != 0
+        step = max(1, ROW_BLOCK_ELEMENTS // (h * n_keys))
+        for i0 in range(0, tl, step):  # blocks of tree rows: the same values whatever the block
+            i1 = min(tl, i0 + step)
+            scores = _scores_f64(qr_all[i0:i1], keys_sliced, bad_k, keys, scale)  # [rows, H, L]
+            if stats is not None:
+                fin = np.abs(scores[np.isfinite(scores)])
+                if fin.size:
+                    worst = max(worst, float(fin.max()))
+            mask = np.ones((i1 - i0, n_keys), bool)
+            mask[:, pl:] = vis_r[i0:i1]
+            # Emptiness comes from the visible set, never from the scores (docs: NaN and inf).
+            empty = ~mask.any(axis=-1)[:, None, None]  # [rows, 1, 1]
+            scores = np.where(mask[:, None, :], scores, -np.inf)
+            m = scores.max(axis=-1, keepdims=True) + 0.0  # NaN if any visible score is NaN; no -0.0
+            # NaN or +inf among the visible scores, or all of them -inf: the row is NaN.
+            nan_row = ~empty & ~np.isfinite(m)
+            m = np.where(empty | nan_row, 0.0, m)
+            with np.errstate(invalid="ignore"):
+                p = exp(scores - m)  # finite m: every p in [0, 1] (0 for invisible and -inf scores)
+            p = np.where(empty | nan_row, 0.0, p)
+            denom = fixed_sum(p, axis=-1, keepdims=True)  # >= 1 for the other rows
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lse_r = np.where(empty[..., 0], -np.inf, (m + log(denom))[..., 0])
+            lse[r, i0:i1] = np.where(nan_row[..., 0], np.nan, lse_r)
+            rows = (i1 - i0) * h
+            pv = matmul_exact(Sliced(p.reshape(rows, n_keys), values_sliced.w, "left", max_slices=2), values_sliced)
+            o = pv.reshape(i1 - i0, h, d_v) / np.where(denom == 0, 1.0, denom)
+            out[r, i0:i1] = np.where(nan_row, np.nan, o)
+    if stats is not None:
+        stats["max_abs_score"] = worst
     return out, lse
 
 
@@ -144,6 +183,7 @@ def verify_attn(
     visibility: np.ndarray,
     sm_scale: float | np.ndarray,
     d_v: int | np.ndarray,
+    stats: dict | None = None,
 ) -> VerifyAttnResult:
     """Tree verify attention over prefix + tree, MLA-absorb (one latent KV per request).
 
@@ -153,6 +193,7 @@ def verify_attn(
         prefix_len: int32 [B]; tree_len: int32 [B] (node_count + 1).
         visibility: uint8 [B,T,T], the tree's ancestor mask.
         sm_scale: softmax scale (rounded to f32, as stored); d_v: value width (<= Dqk).
+        stats: a dict that receives ``max_abs_score`` (:func:`verify_attn_f64`), or None.
 
     Returns:
         :class:`VerifyAttnResult` with f32 ``out`` [B,T,H,d_v] and ``lse`` [B,T,H]; rows
@@ -166,15 +207,42 @@ def verify_attn(
             kdtr.limits.max_output_bytes() (naming q, d_v) or a request's float64 keys and
             scores over kdtr.limits.max_scratch_bytes(), before allocating them.
     """
-    out, lse = verify_attn_f64(q, kv_cache, prefix_len, tree_len, visibility, float(sm_scale), int(d_v))
-    with np.errstate(over="ignore"):  # rounding a finite float64 beyond the f32 range gives +-inf
-        return VerifyAttnResult(out.astype(np.float32), lse.astype(np.float32))
+    out, lse = verify_attn_f64(q, kv_cache, prefix_len, tree_len, visibility, float(sm_scale), int(d_v), stats)
+    # kdtr's rounding (kdtr/bf16.py): a finite float64 beyond the f32 range gives +-inf, NaN the canonical NaN
+    return VerifyAttnResult(to_float32(out), to_float32(lse))
+
+
+def max_abs_score(q: np.ndarray, kv_cache: np.ndarray, prefix_len: np.ndarray, tree_len: np.ndarray,
+                  sm_scale: float | np.ndarray) -> float:
+    """Largest finite |scaled score| over the valid rows (i < tree_len) and keys (< prefix_len
+    + tree_len), visible or not, from the same exact dot products as :func:`verify_attn_f64`;
+    0.0 if there is none.
+
+    Args:
+        q: f32 or bf16 [B,T,H,Dqk]; kv_cache: same dtype [B,S,Dqk]; prefix_len, tree_len:
+            int [B] (not checked beyond the ranges they slice); sm_scale: rounded to f32.
+    """
+    scale = float(to_float32(float(sm_scale)))
+    worst = 0.0
+    dqk = np.shape(q)[-1]
+    for r in range(np.shape(q)[0]):
+        pl, tl = int(prefix_len[r]), int(tree_len[r])
+        if tl <= 0:
+            continue
+        keys = widen(kv_cache[r, : pl + tl])
+        bad_k = ~np.isfinite(keys).all(axis=-1)
+        sliced = Sliced(np.where(bad_k[:, None], 0.0, keys).T, slice_bits(dqk), "right")
+        s = np.abs(_scores_f64(widen(q[r, :tl]), sliced, bad_k, keys, scale))
+        s = s[np.isfinite(s)]
+        if s.size:
+            worst = max(worst, float(s.max()))
+    return worst
 
 
 def sm_scale_mla(qk_head_dim: int = 192, yarn_factor: float = 64.0) -> float:
     """DeepSeek/Kimi MLA softmax scale: qk_head_dim^-0.5 * mscale^2, mscale = 0.1 ln(factor) + 1."""
-    mscale = 0.1 * np.log(yarn_factor) + 1.0 if yarn_factor > 1 else 1.0
-    return float(qk_head_dim**-0.5 * mscale * mscale)
+    mscale = 0.1 * float(log(float(yarn_factor))) + 1.0 if yarn_factor > 1 else 1.0  # kdtr's log: host-independent
+    return float(1.0 / math.sqrt(qk_head_dim) * mscale * mscale)  # sqrt and / are correctly rounded; pow is not
 
 
 def reference(inputs, metadata) -> dict[str, np.ndarray]:
