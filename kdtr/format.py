@@ -22,8 +22,8 @@ a directory is refused with :class:`kdtr.errors.Io`, without blocking).
 Writing validates everything first (the writer refuses whatever a reader would reject,
 with :class:`kdtr.errors.WriteError` naming the destination), then is atomic: a temporary
 file ``.<name>.<random>.tmp`` in the target directory, fsync, rename (:func:`atomic_write`,
-which ``golden/MANIFEST.json`` and the reports are written through too;
-:func:`atomic_write_together` publishes several files as one set).
+which ``golden/MANIFEST.json`` and the reports are written through too; the destination
+itself is never followed: a symbolic link there is refused; kdtr/fsutil.py).
 
 Every defect raises a subclass of :class:`kdtr.errors.KdtrError` that names the file, the
 field and its byte offset. Validation never uses ``assert``.
@@ -44,7 +44,6 @@ import mmap as mmap_module
 import os
 import stat
 import struct
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -69,6 +68,7 @@ from construct import (
 )
 
 from . import errors as E
+from . import fsutil
 from .dtypes import DTYPE_BY_CODE, code_of_dtype
 
 # --- CRC-32 ----------------------------------------------------------------------------
@@ -1064,6 +1064,8 @@ def save(
             another type, an int outside i64, a long double not exactly a float64, a
             string over 1 MiB or not encodable as UTF-8; more than 4096 tensors or
             metadata entries; a header over 16 MiB.
+        kdtr.fsutil.UnsafePath: (an OSError) ``path`` is a symbolic link, a directory,
+            a FIFO or a device: kdtr replaces regular files only.
         OSError: the file cannot be written (the temporary file is removed).
     """
     p = os.fsdecode(os.fspath(path))
@@ -1087,21 +1089,25 @@ def _file_chunks(head: bytes, placed: list[tuple[int, np.ndarray]], data_end: in
 
 
 # --- atomic file writes (goldens, the manifest, the reports) ---------------------------
+#
+# The writing itself lives in kdtr/fsutil.py (one rule for every file kdtr writes).
 
-Chunks = bytes | bytearray | memoryview | Iterable[Any]
+Chunks = fsutil.Chunks
 
 
 def atomic_write(path: str | os.PathLike, data: Chunks) -> None:
     """Replace ``path`` with ``data`` atomically: readers see the old file or the new one,
-    never a part of either.
+    never a part of either (:func:`kdtr.fsutil.atomic_write`).
 
     The one write rule of kdtr (``kdtr.save``, ``golden/MANIFEST.json``, the reports): the
     bytes go to a temporary file ``.<name>.<random>.tmp`` in ``path``'s directory (the name
-    cut to 200 characters so the temporary name fits NAME_MAX; git ignores ``*.tmp``),
-    created with mode ``0o666 & ~umask`` (as ``open()`` would), fsynced, renamed over
-    ``path``, then the directory is fsynced. An interruption never leaves a partial file
-    under ``path``; an exception removes the temporary file (a process killed mid-write
-    may leave it).
+    cut to 200 bytes so the temporary name fits NAME_MAX; git ignores ``*.tmp``), created
+    with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and mode ``0o666 & ~umask`` (as ``open()``
+    would), fsynced, renamed over ``path``, then the directory is fsynced, all relative to
+    one descriptor of the directory. An interruption never leaves a partial file under
+    ``path``; an exception removes the temporary file (a process killed mid-write may
+    leave it). ``path`` itself is never followed: a symbolic link, directory, FIFO or
+    device there is refused, the link's target untouched.
 
     Args:
         path: destination; its directory must exist.
@@ -1110,87 +1116,27 @@ def atomic_write(path: str | os.PathLike, data: Chunks) -> None:
             and an exception it raises removes the temporary file and propagates.
 
     Raises:
+        kdtr.fsutil.UnsafePath: (an OSError) ``path`` is a symbolic link or not a
+            regular file.
         OSError: the file cannot be written or renamed.
     """
-    atomic_write_together([(path, data)])
+    fsutil.atomic_write(path, data)
 
 
 def atomic_write_together(items: Iterable[tuple[str | os.PathLike, Chunks]]) -> None:
-    """Publish several files together (the three reports of one run).
+    """Write several files, then rename each into place (:func:`kdtr.fsutil.write_together`).
 
-    Every file is first written to its own temporary file, as :func:`atomic_write` does;
-    only when all are written and fsynced are the old files removed and the new ones
-    renamed into place (a single file is simply renamed over the old one). An
-    interruption leaves either all the old files or a subset of the new ones, never a mix
-    of old and new; an exception removes every temporary file not yet renamed.
+    Each file is replaced atomically and none before all are written and fsynced; the
+    set is not replaced as one unit (a process killed between two renames leaves the first
+    files new, the others old): a set that readers must see whole is a
+    :class:`kdtr.fsutil.ReportSet`, as the reports of ``kdtr run`` and ``kdtr mutate``
+    are. An exception removes every temporary file not yet renamed.
 
     Raises:
-        OSError: a file cannot be written, removed or renamed.
+        kdtr.fsutil.UnsafePath: a destination is a symbolic link or not a regular file.
+        OSError: a file cannot be written or renamed.
     """
-    pairs = [(os.fsdecode(os.fspath(path)), data) for path, data in items]
-    temps: list[str] = []
-    try:
-        for path, data in pairs:
-            temps.append(_write_temp(path, data))
-        if len(pairs) > 1:
-            for path, _ in pairs:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-        for tmp, (path, _) in zip(temps, pairs):
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp in temps:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        raise
-    for parent in dict.fromkeys(os.path.dirname(path) or "." for path, _ in pairs):
-        _fsync_dir(parent)
-
-
-def _write_temp(path: str, data: Chunks) -> str:
-    """``data`` in a new temporary file beside ``path`` (see :func:`atomic_write`), fsynced
-    and closed; its name. On any exception the temporary file is removed."""
-    name = os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name[:200]}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as fh:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                fh.write(data)
-            else:
-                for chunk in data:
-                    fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return tmp
-
-
-def _fsync_dir(parent: str) -> None:
-    """Make a rename in ``parent`` durable (best effort: some file systems refuse)."""
-    try:
-        dfd = os.open(parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    fsutil.write_together(items)
 
 
 def to_bytes(

@@ -3,10 +3,12 @@
 All three hold every case with its status; a mismatch carries, per output, the count and
 share of differing elements, the worst errors with their index, the first differing
 elements (request, slot, expected, actual), the kept output file and a rerun command.
+They are published with the run's obtained outputs as one set (:func:`write_all`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -14,13 +16,14 @@ import re
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
-from . import format as kformat
-from .runner import STATUSES, CaseResult
+from . import fsutil
+from .runner import STATUSES, Case, CaseResult
 from .status import ERRORED, SKIPPED, Status
 from .text import printable, printable_lines, printable_tree
 
@@ -143,19 +146,29 @@ case_svg: Callable[[CaseResult], Path | None] | None = None
 SVG_OPS = ("tree_accept", "greedy_step")
 
 
-def _svg_link(r: CaseResult, report_dir: Path | None) -> str | None:
-    """The Markdown line linking the case's draft-tree SVG; None (no line) when there is no
-    hook, nothing to draw, or drawing fails in any way: a picture never stops a report."""
+def draw_svg(r: CaseResult) -> Path | None:
+    """The case's draft-tree SVG, drawn next to its obtained output by the hook; None when
+    there is no hook, nothing to draw, or drawing fails in any way: a picture never stops
+    a report."""
     if case_svg is None or r.case.op not in SVG_OPS or not r.output_file:
         return None
     try:
-        svg = case_svg(r)
-        if svg is None:
-            return None
-        target = Path(os.path.relpath(svg, report_dir)) if report_dir is not None else Path(svg)
-        return f"Draft tree, expected vs obtained: [{_md_cell(target.name)}]({quote(target.as_posix(), safe='/.:')})"
+        return case_svg(r)
     except Exception:  # noqa: BLE001 - never fail the report for a picture (Terminated is a BaseException)
         return None
+
+
+def _svg_link(r: CaseResult, report_dir: Path | None, svgs: Mapping[Case, Path] | None = None) -> str | None:
+    """The Markdown line linking the case's draft-tree SVG (``svgs[r.case]`` when given,
+    else drawn now); None (no line) when there is none."""
+    svg = svgs.get(r.case) if svgs is not None else draw_svg(r)
+    if svg is None:
+        return None
+    try:
+        target = Path(os.path.relpath(svg, report_dir)) if report_dir is not None else Path(svg)
+    except ValueError:
+        return None
+    return f"Draft tree, expected vs obtained: [{_md_cell(target.name)}]({quote(target.as_posix(), safe='/.:')})"
 
 
 def _md_cell(s: str) -> str:
@@ -167,9 +180,11 @@ def _fence(lines: list[str]) -> str:
     return "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", "\n".join(lines))), default=0))
 
 
-def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | None = None) -> str:
+def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | None = None,
+             svgs: Mapping[Case, Path] | None = None) -> str:
     """The Markdown report; ``report_dir`` (where it will be written) makes the draft-tree
-    SVG links of failing tree_accept / greedy_step cases relative to it."""
+    SVG links of failing tree_accept / greedy_step cases relative to it. ``svgs`` (case ->
+    SVG file) gives those pictures already drawn; without it they are drawn now."""
     c = counts(results)
     backends = sorted({r.case.backend for r in results})
     out = ["# kdtr conformance report", ""]
@@ -181,6 +196,8 @@ def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | 
         out.append(_md_cell(f"Commit: {env['commit']}."))
     if env.get("selection"):
         out.append(_md_cell(f"Selection: {env['selection']}."))
+    if env.get("run_id"):
+        out.append(_md_cell(f"Run: {env['run_id']}."))
     devices = sorted({r.device for r in results if r.device is not None})
     if len(devices) > 1:
         per = ", ".join(f"{d}: {sum(r.device == d for r in results)}" for d in devices)
@@ -205,7 +222,7 @@ def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | 
             lines = mismatch_lines(r)
             fence = _fence(lines)
             out += [fence, *lines, fence]
-            link = _svg_link(r, report_dir)
+            link = _svg_link(r, report_dir, svgs)
             if link:
                 out.append(link)
     not_supported = [r for r in results if r.status == Status.NOT_SUPPORTED]
@@ -216,20 +233,74 @@ def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | 
 
 
 REPORT_NAMES = ("conformance.json", "junit.xml", "conformance.md")
+OBTAINED = "obtained"  # the obtained outputs (and draft-tree SVGs) of the run
+REPORT_KIND = "conformance"
 
 
-def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any]) -> list[Path]:
-    """Publish the three reports of one run together.
+def report_set(report_dir: Path) -> fsutil.ReportSet:
+    """The report set of ``kdtr run`` in ``report_dir``: :data:`REPORT_NAMES` and the
+    :data:`OBTAINED` directory, published as one unit (:class:`kdtr.fsutil.ReportSet`)::
 
-    All three are rendered and written to temporary files first
-    (:func:`kdtr.format.atomic_write_together`); only then are the old reports removed
-    and the new ones renamed into place. An interruption leaves either the previous
-    run's three reports or a subset of this run's, never a mix of the two runs
-    (each report also records ``env["run_id"]``).
+        report_dir/.conformance -> .conformance-<id>   (the run's whole set)
+        report_dir/conformance.json -> .conformance/conformance.json   (and so on)
+        report_dir/obtained -> .conformance/obtained
     """
-    paths = [report_dir / name for name in REPORT_NAMES]
-    texts = [json.dumps(to_json(results, env), indent=2) + "\n", junit(results, env),
-             markdown(results, env, report_dir)]
-    report_dir.mkdir(parents=True, exist_ok=True)
-    kformat.atomic_write_together([(path, text.encode("utf-8")) for path, text in zip(paths, texts)])
-    return paths
+    return fsutil.ReportSet(report_dir, REPORT_KIND, REPORT_NAMES, (OBTAINED,))
+
+
+def current_reports(report_dir: Path) -> Path | None:
+    """The directory of the last published run of ``report_dir``, resolved once: read
+    every file of one run from it (the names in ``report_dir`` itself each show the run
+    current when opened); None when no run was published there."""
+    return fsutil.current_set(report_dir, REPORT_KIND)
+
+
+def shown(results: list[CaseResult], rset: fsutil.ReportSet) -> list[CaseResult]:
+    """``results`` with each obtained output spelt as readers see it once the set is
+    published (``report_dir/obtained/...``) instead of inside the run directory."""
+    return [dataclasses.replace(r, output_file=rset.shown(r.output_file)) if r.output_file else r for r in results]
+
+
+def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any],
+              rset: fsutil.ReportSet | None = None) -> list[Path]:
+    """Publish the reports of one run, with its obtained outputs, as one unit.
+
+    ``rset`` is the run's set (:func:`report_set`, begun before the run, its obtained
+    outputs written into ``rset.run_dir / "obtained"``); without it a new set with an empty
+    ``obtained`` directory is begun here. The draft-tree SVGs of failing cases are drawn
+    next to their obtained outputs, the three reports rendered and written into the run
+    directory, and only then is the set published by one rename of the pointer
+    (:meth:`kdtr.fsutil.ReportSet.publish`). A reader then sees the previous run's
+    complete set or this run's, never a mix, whenever the writer is interrupted; an
+    exception removes this run's unpublished directory. Each report records
+    ``env["run_id"]``.
+
+    Returns:
+        The published report paths ``report_dir/<name>`` (:data:`REPORT_NAMES`).
+
+    Raises:
+        kdtr.fsutil.UnsafePath: a name of the set in ``report_dir`` is a symbolic link
+            kdtr did not make, or not a regular file / directory.
+        OSError: the reports cannot be written or published.
+    """
+    if rset is None:
+        rset = report_set(report_dir)
+        rset.begin()
+    try:
+        run_dir = rset.run_dir
+        if run_dir is None:
+            raise RuntimeError("write_all: the report set was not begun")
+        svgs = {r.case: svg for r in results if r.status not in (Status.PASS, Status.NOT_SUPPORTED)
+                and (svg := draw_svg(r)) is not None}
+        public = shown(results, rset)
+        texts = [json.dumps(to_json(public, env), indent=2) + "\n", junit(public, env),
+                 markdown(public, env, run_dir, svgs)]
+        fsutil.write_together([(run_dir / name, text.encode("utf-8")) for name, text in zip(REPORT_NAMES, texts)])
+        published = rset.publish()
+    except BaseException:
+        try:
+            rset.discard()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+    return published[: len(REPORT_NAMES)]

@@ -573,26 +573,38 @@ def test_atomic_write_together_publishes_all_or_keeps_all_old(tmp_path, monkeypa
     }
 
 
-def test_atomic_write_together_removes_the_old_set_before_renaming(tmp_path, monkeypatch):
-    """Several files: every old one is removed before the first rename, so an interruption
-    between renames leaves a subset of the new set, never a mix of old and new."""
+def test_atomic_write_together_renames_only_after_all_are_written_and_removes_nothing(tmp_path, monkeypatch):
+    """Several files: no old file is removed (each is replaced by its own rename, made
+    only once every file is written), so an interruption between renames leaves each file
+    old or new, never missing; the set as a unit is kdtr.fsutil.ReportSet's job."""
     paths = [tmp_path / n for n in ("a", "b")]
     for p in paths:
         p.write_bytes(b"old")
     real = os.replace
     seen = []
 
-    def replace_once(src, dst):
-        seen.append(sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".tmp")))
+    def replace_once(src, dst, **kw):
+        seen.append(sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")))
         if len(seen) == 2:
             raise KeyboardInterrupt
-        real(src, dst)
+        real(src, dst, **kw)
 
+    real_unlink = os.unlink
+    unlinked = []
+
+    def unlink(name, **kw):
+        unlinked.append(os.path.basename(name))
+        real_unlink(name, **kw)
+
+    monkeypatch.setattr(F.os, "unlink", unlink)
     monkeypatch.setattr(F.os, "replace", replace_once)
     with pytest.raises(KeyboardInterrupt):
         F.atomic_write_together([(paths[0], b"new a"), (paths[1], b"new b")])
-    assert seen == [[], ["a"]]
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {"a": b"new a"}
+    monkeypatch.undo()
+    assert len(seen[0]) == 2  # both written before the first rename
+    assert unlinked and all(n.endswith(".tmp") for n in unlinked)  # only b's own temporary file
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if not p.name.endswith(".tmp")} == {
+        "a": b"new a", "b": b"old"}
 
 
 def test_atomic_write_of_a_single_file_never_removes_the_old_one_first(tmp_path, monkeypatch):
@@ -608,14 +620,16 @@ def test_manifest_and_reports_are_written_through_the_helper(tmp_path, monkeypat
     temporary names, modes and fsync)."""
     from kdtr import goldens, report, runner
 
+    from kdtr import fsutil
+
     calls = []
-    real = F._write_temp
+    real = fsutil.write_temp_at
 
-    def spy(path, data):
-        calls.append(os.path.basename(path))
-        return real(path, data)
+    def spy(dir_fd, name, data):
+        calls.append(name)
+        return real(dir_fd, name, data)
 
-    monkeypatch.setattr(F, "_write_temp", spy)
+    monkeypatch.setattr(fsutil, "write_temp_at", spy)
     goldens.write_manifest(tmp_path, {"files": {}})
     assert calls == ["MANIFEST.json"]
     assert (tmp_path / "MANIFEST.json").stat().st_mode & 0o777 == 0o666 & ~_umask()

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kdtr import format as kformat
-from kdtr import children, goldens, report, runner
+from kdtr import children, fsutil, goldens, report, runner
 from kdtr.compare import compare
 from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype
@@ -136,6 +136,7 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
             rerun_args += [opt, str(Path(value).resolve()) if opt.endswith("-dir") else f"{value:g}" if
                            isinstance(value, float) else str(value)]
     lock = runner.ReportDirLock(rdir)
+    rset = report.report_set(rdir)  # reports and obtained outputs, published as one unit
     try:
         devices = runner.parse_devices(device_spec)
         if sanitizer and "cuda" not in backends:
@@ -155,7 +156,7 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
         cfg = runner.RunConfig(
             golden_dir=gdir,
             bin_dir=_root_path(bin_dir, root / "build" / "bin"),
-            out_dir=rdir / "obtained",
+            out_dir=rdir / report.OBTAINED,  # replaced by the run's own directory below
             timeout=timeout,
             device=devices[0],
             devices=devices,
@@ -166,6 +167,12 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
             rerun_args=rerun_args,
         )
         lock.__enter__()  # before any case runs: an unwritable or busy report directory stops here
+        try:
+            cfg.out_dir = rset.begin() / report.OBTAINED
+        except fsutil.UnsafePath as exc:
+            raise runner.UsageError(str(exc)) from None
+        except OSError as exc:
+            raise runner.UsageError(f"report directory {rdir}: not writable ({exc.strerror or exc})") from None
     except runner.UsageError as exc:
         fail_usage(str(exc))
         return
@@ -188,14 +195,18 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
 
             results = runner.run_all(cases, cfg, jobs, on_done=done)
     except runner.Terminated as exc:
+        _discard(rset)
         click.echo(f"kdtr: {exc.args[0]}: run stopped, its binaries killed; no report written", err=True)
         sys.exit(128 + exc.signum)
+    except BaseException:
+        _discard(rset)
+        raise
 
     console.print(results_table(results))
     skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == Status.NOT_SUPPORTED})
     for backend, reason in skipped:
         console.print(f"{backend}: NOT_SUPPORTED: {printable(reason)}", style="dim", markup=False)
-    for r in results:
+    for r in report.shown(results, rset):  # obtained outputs named as published: reports/obtained/...
         if r.status in runner.FAILING or r.status == Status.WAIVED:
             console.print("\n".join(report.mismatch_lines(r)), markup=False)
     env = report.environment()
@@ -204,7 +215,10 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
     env["run_id"] = f"{env['date']} pid {os.getpid()}"
     env["selection"] = " ".join(shlex.quote(a) for a in _selection_args(only, backends, shard, tier, required))
     try:
-        paths = report.write_all(rdir, results, env)
+        paths = report.write_all(rdir, results, env, rset)
+    except fsutil.UnsafePath as exc:
+        fail_usage(f"{exc}; the reports of this run were not published")
+        return
     except OSError as exc:
         fail_usage(f"report directory {rdir}: cannot write the reports ({exc.strerror or exc})")
         return
@@ -222,6 +236,14 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
         click.echo("kdtr: warning: every case is NOT_SUPPORTED: nothing was tested "
                    "(--require-backend makes that a failure)", err=True)
     sys.exit(code)
+
+
+def _discard(rset: fsutil.ReportSet) -> None:
+    """Remove an interrupted run's unpublished report directory (the last set stays)."""
+    try:
+        rset.discard()
+    except OSError:
+        pass
 
 
 def _selection_args(only, backends, shard, tier, required) -> list[str]:
@@ -469,7 +491,12 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir
     env["cxxflags"] = cxxflags if cxxflags is not None else "Makefile default"
     if generic_note:
         env["generic pass"] = generic_note
-    paths = mut.write_reports(rdir, results, triage, env)
+    try:
+        paths = mut.write_reports(rdir, results, triage, env)
+    except OSError as exc:  # kdtr.fsutil.UnsafePath names the path in str()
+        fail_usage(str(exc) if isinstance(exc, fsutil.UnsafePath)
+                   else f"report directory {rdir}: cannot write the reports ({exc.strerror or exc})")
+        return
     table = Table(title="kdtr mutation score")
     for col in ("pass", "op", "mutants", "killed", "survived", "equivalent", "identical", "stillborn", "score"):
         table.add_column(col, no_wrap=True)

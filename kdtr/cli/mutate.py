@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdtr import children, runner
+from kdtr import children, fsutil, runner
 from kdtr.status import FAILING, Status
 
 try:
@@ -646,11 +646,28 @@ def select(mutants: list[Mutant], only: Iterable[str]) -> list[Mutant]:
 
 def write_reports(report_dir: Path, results: list[MutantResult], triage: dict[tuple[str, str, str], Triage],
                   env: dict[str, Any]) -> list[Path]:
-    from kdtr.format import atomic_write_together
+    """Publish ``mutation.json`` and ``mutation.md`` in ``report_dir`` as one set
+    (:class:`kdtr.fsutil.ReportSet` of kind ``mutation``: ``report_dir/.mutation ->
+    .mutation-<id>``, the two names links through it), so that a reader never sees the
+    JSON of one run beside the Markdown of another.
 
+    Raises:
+        kdtr.fsutil.UnsafePath: a report name is a link kdtr did not make, or not a file.
+        OSError: the reports cannot be written.
+    """
     md = markdown(results, triage, env).encode()
     js = (json.dumps(to_json(results, triage, env), indent=1) + "\n").encode()
-    paths = [report_dir / "mutation.json", report_dir / "mutation.md"]
-    report_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_together([(paths[0], js), (paths[1], md)])
-    return paths
+    rset = fsutil.ReportSet(report_dir, "mutation", MUTATION_REPORTS)
+    run_dir = rset.begin()
+    try:
+        fsutil.write_together([(run_dir / MUTATION_REPORTS[0], js), (run_dir / MUTATION_REPORTS[1], md)])
+        return rset.publish()
+    except BaseException:
+        try:
+            rset.discard()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+
+
+MUTATION_REPORTS = ("mutation.json", "mutation.md")
