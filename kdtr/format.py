@@ -648,6 +648,32 @@ def load(path: str | os.PathLike, verify: bool = True, *, mmap: bool = True) -> 
         raise
 
 
+def load_bytes(data: bytes | bytearray | memoryview, path: str | os.PathLike = "<bytes>",
+               verify: bool = True) -> KdtrFile:
+    """Parse a KDTR file already held in memory (read by the caller, e.g. to hash those
+    very bytes first), with every rule of :func:`load`.
+
+    Args:
+        data: the whole file. The tensors are read-only views over it: a ``bytes`` object
+            is a private copy no other process can change; a bytearray must not be changed
+            while its tensors are in use.
+        path: the name that errors give for the file.
+        verify: as :func:`load`.
+
+    Returns:
+        A :class:`KdtrFile` as :func:`load` returns it (``tensors`` read-only).
+
+    Raises:
+        KdtrError: a subclass naming the defect, ``path``, the field and the offset.
+    """
+    p = os.fspath(path)
+    src = memoryview(data).cast("B").toreadonly()
+    size = src.nbytes
+    if size < PREAMBLE_LEN:
+        _check_short_preamble(p, bytes(src), size)
+    return _load_mapped(p, src, size, verify, None)
+
+
 def _open_regular(p: str) -> int:
     """A read-only descriptor of ``p``, or :class:`kdtr.errors.Io` if it is not a regular
     file. The open does not block (O_NONBLOCK, so a FIFO with no writer is refused at once,

@@ -155,7 +155,7 @@ class KdtrCaseItem(pytest.Item):
                 state["out_dir"] = Path(tempfile.mkdtemp(prefix="kdtr-out-"))
         return RunConfig(golden_dir=state["golden_dir"], bin_dir=state["bin_dir"], out_dir=state["out_dir"],
                          timeout=state["timeout"], known_failures=state["known_failures"],
-                         golden_problems=state["golden_problems"], batch=False,
+                         golden_problems=state["golden_problems"], vouched=state["vouched"], batch=False,
                          rerun_args=state["rerun_args"])
 
     def runtest(self) -> None:
@@ -194,8 +194,9 @@ def _plan(config: pytest.Config) -> dict[str, Any]:
     timeout = config.getoption("--kdtr-timeout")
     if not (timeout > 0 and timeout != float("inf")):
         raise pytest.UsageError(f"--kdtr-timeout {timeout}: must be a finite number of seconds > 0")
+    vouched: dict[Path, Any] = {}  # what each golden's bytes must be, from MANIFEST.json now
     try:
-        found, problems = testing.golden_cases(gdir)
+        found, problems = testing.golden_cases(gdir, vouched=vouched)
         found = select(found, only)
         cases = select_cases(plan(found, backends), only)
         known = load_known_failures(gdir)
@@ -205,7 +206,7 @@ def _plan(config: pytest.Config) -> dict[str, Any]:
     if timeout != 60.0:
         rerun += ["--timeout", f"{timeout:g}"]
     return {"cases": cases, "golden_dir": gdir, "bin_dir": bdir, "timeout": timeout,
-            "known_failures": known, "golden_problems": problems, "rerun_args": rerun}
+            "known_failures": known, "golden_problems": problems, "vouched": vouched, "rerun_args": rerun}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect

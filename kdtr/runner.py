@@ -41,6 +41,9 @@ from . import format as kformat
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
 from .errors import KdtrError
+from .vouch import NotVouched, Vouch, load_private, load_vouched, vouches_of_manifest
+from .vouch import changed as golden_changed
+from .vouch import sha256_of as sha256_now
 from .status import FAILING, Status
 
 BACKENDS = ("cpu", "cuda")
@@ -131,6 +134,11 @@ class RunConfig:
     # Goldens that must not be run, with the reason (not in the manifest, wrong hash,
     # not a regular file): each of their cases is an ERROR naming the file.
     golden_problems: dict[Path, str] = field(default_factory=dict)
+    # What each golden's bytes must be: the MANIFEST.json entry that check_manifest read at
+    # the start of the run (its ``vouched``). The expected side of every verdict is that
+    # content; a golden not here is vouched for by the run's first read of it.
+    vouched: dict[Path, Vouch] = field(default_factory=dict)
+    _first_read: dict[Path, Vouch] = field(default_factory=dict, repr=False, compare=False)
     # Options a rerun line must repeat (--golden-dir, --bin-dir, --timeout, --tier all, ...;
     # not --device: rerun_line adds the case's own).
     rerun_args: list[str] = field(default_factory=list)
@@ -172,7 +180,7 @@ def discover(golden_dir: Path, second_tier: bool = False, registry: Any = None) 
 
 
 def check_manifest(
-    golden_dir: Path, found: list[tuple[str, str, Path]]
+    golden_dir: Path, found: list[tuple[str, str, Path]], vouched: dict[Path, Vouch] | None = None
 ) -> tuple[list[tuple[str, str, Path]], dict[Path, str]]:
     """Hold the committed goldens on disk against ``golden_dir/MANIFEST.json``.
 
@@ -181,6 +189,10 @@ def check_manifest(
     regen, a hand edit, a file from another checkout); and a listed golden missing from
     disk is a case of its own. Returns ``found`` plus the missing goldens, and the problem
     of each golden that must not run (its cases become ERROR naming the file).
+
+    ``vouched`` (a dict, for :attr:`RunConfig.vouched`) receives the manifest's sha256 and
+    size of every golden of ``found`` that it lists, second-tier ones included: from then on
+    the run judges against those bytes only, whatever the files hold later.
 
     Raises:
         UsageError: no manifest, or not a kdtr manifest.
@@ -195,8 +207,11 @@ def check_manifest(
         raise UsageError(str(exc)) from exc
     problems: dict[Path, str] = {}
     on_disk = set()
+    vouches = vouches_of_manifest(golden_dir, listed if isinstance(listed, dict) else {})
     for op, config, path in found:
         rel = f"{op}/{config}.kdtr"
+        if vouched is not None and rel in vouches:
+            vouched[path] = vouches[rel]
         try:
             rel_to_dir = path.relative_to(golden_dir).as_posix()
         except ValueError:  # a second-tier golden in a cache elsewhere: checked by ensure_cached
@@ -216,8 +231,15 @@ def check_manifest(
             problems[path] = f"{path}: not listed in {goldens.MANIFEST_NAME} (run `kdtr regen`, or remove the file)"
         elif entry.get("tier", "committed") != "committed":
             problems[path] = f"{path}: listed in {goldens.MANIFEST_NAME} as second tier, found among the committed goldens"
-        elif goldens.sha256_of(path) != entry.get("sha256"):
-            problems[path] = f"{path}: sha256 differs from {goldens.MANIFEST_NAME} (edited, or a regen did not finish: run `kdtr regen`)"
+        else:
+            try:
+                digest = sha256_now(path)[0]
+            except OSError as exc:  # replaced since the stat (by a FIFO, a directory): never blocks
+                problems[path] = f"{path}: cannot read: {exc.strerror or exc}"
+                continue
+            if digest != entry.get("sha256"):
+                problems[path] = (f"{path}: sha256 differs from {goldens.MANIFEST_NAME} (edited, or a regen did not "
+                                  "finish: run `kdtr regen`)")
     missing = []
     for rel, entry in sorted(listed.items()):
         if isinstance(entry, dict) and entry.get("tier", "committed") == "committed" and rel not in on_disk:
@@ -334,9 +356,29 @@ def _tail(text: str, n: int = 2000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[Status, str, list[TensorResult]]:
+def output_limit() -> int:
+    """The largest obtained output file the runner reads: the binaries' output limit
+    (:func:`kdtr.limits.max_output_bytes`) plus the largest header and padding a KDTR file
+    can have. A larger file is an ERROR, refused unread."""
+    from .limits import MAX_OUTPUT_BYTES, max_output_bytes
+
     try:
-        out = kformat.load(out_path)
+        tensors = max_output_bytes()
+    except ValueError:  # a malformed KDTR_MAX_OUTPUT_BYTES: the binaries refuse to run anyway
+        tensors = MAX_OUTPUT_BYTES
+    return tensors + kformat.PREAMBLE_LEN + kformat.MAX_HEADER_LEN + kformat.ALIGNMENT * kformat.MAX_TENSORS
+
+
+def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[Status, str, list[TensorResult]]:
+    """Compare the output file at ``out_path`` with every ``expected.*`` tensor of
+    ``golden`` (the vouched copy: :func:`kdtr.vouch.load_vouched`) under its contract.
+
+    The output is read into private memory first (:func:`kdtr.vouch.load_private`, at most
+    :func:`output_limit` bytes): a file that changes or shrinks while it is judged gives an
+    ERROR, never a SIGBUS.
+    """
+    try:
+        out = load_private(out_path, output_limit(), "an output file (the binaries' output limit plus a header)")
     except (KdtrError, OSError) as exc:
         return Status.ERROR, f"output file unreadable: {exc}", []
     results = []
@@ -402,6 +444,8 @@ class _Streamed:
     returncode: int | None
     stdout: str
     stderr: str
+
+
 
 
 _STREAM_CAP = 1 << 22  # bytes of stdout / stderr kept per process (the tail)
@@ -474,11 +518,12 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
 
 @dataclass
 class _Prepared:
-    """A case ready to run: its golden (open), binary, output path and result record."""
+    """A case ready to run: the vouch its golden met (the golden itself is read again, and
+    held to it, when the output is judged), binary, output path and result record."""
 
     case: Case
     res: CaseResult
-    golden: kformat.KdtrFile
+    vouch: Vouch
     binary: Path
     out_path: Path
     t0: float
@@ -490,6 +535,22 @@ def _new_result(case: Case, cfg: RunConfig) -> CaseResult:
     return res
 
 
+def vouched_golden(case: Case, cfg: RunConfig) -> tuple[kformat.KdtrFile, Vouch]:
+    """The golden of ``case`` read into private memory and held to what vouched for it:
+    :attr:`RunConfig.vouched`, else the run's first read of it (which then vouches for
+    every later read).
+
+    Raises:
+        NotVouched: the file's bytes are not the vouched ones.
+        KdtrError, OSError: unreadable or not a valid KDTR file.
+    """
+    vouch = cfg.vouched.get(case.golden) or cfg._first_read.get(case.golden)
+    golden, got = load_vouched(case.golden, vouch)
+    if vouch is None:
+        cfg._first_read.setdefault(case.golden, got)
+    return golden, got
+
+
 def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
     """Check what a case needs before its binary runs; None (and ``res`` holding an
     ERROR) when it cannot run."""
@@ -498,12 +559,16 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
         res.reason = cfg.golden_problems[case.golden]
         return None
     try:
-        golden = kformat.load(case.golden)
+        golden, vouch = vouched_golden(case, cfg)
+    except NotVouched as exc:
+        res.reason = f"golden not the one vouched for: {exc}"
+        return None
     except (KdtrError, OSError) as exc:
         res.reason = f"golden unreadable: {exc}"
         return None
     op = golden.metadata.get("op")
     config = golden.metadata.get("config")
+    golden.close()  # read again when the output is judged: a unit's goldens are never all held at once
     binary = cfg.bin_dir / f"kdtr_{case.op}"
     if op != case.op:
         res.reason = f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
@@ -516,8 +581,7 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.unlink(missing_ok=True)
         res.output_file = str(out_path)
-        return _Prepared(case, res, golden, binary, out_path, t0)
-    golden.close()
+        return _Prepared(case, res, vouch, binary, out_path, t0)
     return None
 
 
@@ -566,12 +630,42 @@ def _exit_status(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: 
     return None
 
 
+TAMPERED = "golden changed while its case ran"
+
+
 def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str = "") -> None:
+    """The status of case ``p`` from its binary's exit code; on exit 0, its output judged
+    against the golden read again into private memory and held to ``p.vouch``."""
     st = _exit_status(p, cfg, rc, last_line, stdout)
-    if st is None:
-        p.res.status, p.res.reason, p.res.outputs = _judge(p.case, p.golden, p.out_path)
-    else:
+    if st is not None:
         p.res.status, p.res.reason = st
+        return
+    try:
+        golden, _ = load_vouched(p.case.golden, p.vouch)
+    except NotVouched as exc:
+        p.res.status, p.res.reason = Status.ERROR, f"{TAMPERED}: {exc}; {_NO_WRITE}"
+        return
+    except (KdtrError, OSError) as exc:
+        p.res.status, p.res.reason = Status.ERROR, f"{TAMPERED}: golden unreadable now: {exc}; {_NO_WRITE}"
+        return
+    with golden:
+        p.res.status, p.res.reason, p.res.outputs = _judge(p.case, golden, p.out_path)
+
+
+_NO_WRITE = "a test binary must not write to its --input (docs/harness.md)"
+
+
+def _void_if_changed(p: _Prepared) -> None:
+    """After the binary of ``p`` exited: if its golden no longer holds the vouched bytes,
+    the case is an ERROR naming the change (whatever its verdict was)."""
+    if p.res.status == Status.ERROR and p.res.reason.startswith(TAMPERED):
+        return
+    why = golden_changed(p.case.golden, p.vouch)
+    if why is None:
+        return
+    was = f"{p.res.status}" + (f": {p.res.reason}" if p.res.reason else "")
+    p.res.status = Status.ERROR
+    p.res.reason = f"{TAMPERED} ({why}); {_NO_WRITE}; the verdict it voids: {was}"
 
 
 def _waive(res: CaseResult, cfg: RunConfig) -> CaseResult:
@@ -599,9 +693,11 @@ def _run_single(p: _Prepared, cfg: RunConfig) -> None:
     p.res.stderr = _tail(run.stderr)
     if run.returncode is None:
         p.res.status, p.res.reason = Status.TIMEOUT, f"killed after {cfg.timeout:g} s"
+        _void_if_changed(p)
         return
     last_line = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "(no message)"
     _conclude(p, cfg, run.returncode, last_line, run.stdout)
+    _void_if_changed(p)
 
 
 def run_case(case: Case, cfg: RunConfig) -> CaseResult:
@@ -611,10 +707,7 @@ def run_case(case: Case, cfg: RunConfig) -> CaseResult:
     t0 = time.monotonic()
     p = _prepare(case, cfg, res)
     if p is not None:
-        try:
-            _run_single(p, cfg)
-        finally:
-            p.golden.close()
+        _run_single(p, cfg)
     res.seconds = time.monotonic() - t0
     return _waive(res, cfg)
 
@@ -668,6 +761,8 @@ def _run_batch(prepared: list[_Prepared], cfg: RunConfig) -> tuple[list[CaseResu
     # A batch runs its goldens in order: those after the first without a line ran only
     # partly or not at all (crash, hang, a CUDA failure that stopped the batch).
     cut = next((k for k in range(len(prepared)) if k not in judged), len(prepared))
+    for k in range(cut):  # the process has exited: no golden may have changed since it started
+        _void_if_changed(prepared[k])
     return [r for k, r in judged.items() if k < cut], [p.case for p in prepared[cut:]]
 
 
@@ -676,28 +771,24 @@ def _run_unit(cases: list[Case], cfg: RunConfig, emit: Callable[[CaseResult], No
     """Run the cases of one op, backend and device: those that can run in one batch
     process, each result handed to ``emit``; cases to run alone go to ``again``."""
     prepared: list[_Prepared] = []
-    try:
-        for case in cases:
-            res = _new_result(case, cfg)
-            p = _prepare(case, cfg, res)
-            if p is None:
-                res.seconds = 0.0
-                emit(_waive(res, cfg))
-            else:
-                prepared.append(p)
-        if len(prepared) == 1:
-            again(prepared[0].case)
-            return
-        if not prepared:
-            return
-        done, alone = _run_batch(prepared, cfg)
-        for r in done:
-            emit(_waive(r, cfg))
-        for c in alone:
-            again(c)
-    finally:
-        for p in prepared:
-            p.golden.close()
+    for case in cases:
+        res = _new_result(case, cfg)
+        p = _prepare(case, cfg, res)
+        if p is None:
+            res.seconds = 0.0
+            emit(_waive(res, cfg))
+        else:
+            prepared.append(p)
+    if len(prepared) == 1:
+        again(prepared[0].case)
+        return
+    if not prepared:
+        return
+    done, alone = _run_batch(prepared, cfg)
+    for r in done:
+        emit(_waive(r, cfg))
+    for c in alone:
+        again(c)
 
 
 def visible_devices() -> tuple[int, ...]:

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from . import format as kformat
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
 from .errors import KdtrError
 from .status import Status
+from .vouch import NotVouched, Vouch, load_vouched
 
 __all__ = ["ConformanceError", "Golden", "GoldenError", "assert_conforms", "goldens", "to_numpy"]
 
@@ -83,7 +83,8 @@ class Golden:
         op, config: from the file's place ``<golden_dir>/<op>/<config>.kdtr``, equal to its
             metadata ``op`` and ``config``.
         path: the file.
-        inputs: input name (without ``input.``) -> read-only numpy array.
+        inputs: input name (without ``input.``) -> read-only numpy array (over a private
+            copy of the bytes MANIFEST.json vouched for, never a mapping of the file).
         expected: output name (without ``expected.``) -> read-only numpy array.
         contracts: output name -> :class:`kdtr.contract.Contract`.
         metadata: the file's metadata (``op``, ``config``, ``seed``, contracts, ...).
@@ -102,10 +103,16 @@ class Golden:
         return self.id
 
 
-def _open_golden(op: str, config: str, path: Path) -> Golden:
-    """Load one golden and read its contracts, with the checks of the runner's judge."""
+def _open_golden(op: str, config: str, path: Path, vouch: Vouch | None) -> Golden:
+    """Load one golden and read its contracts, with the checks of the runner's judge.
+
+    The file is read once into private memory and held to ``vouch`` (its MANIFEST.json
+    entry): the arrays are views over that copy, which nothing outside this process can
+    change or truncate."""
     try:
-        f = kformat.load(path)
+        f, _ = load_vouched(path, vouch)
+    except NotVouched as exc:
+        raise GoldenError(f"golden not the one MANIFEST.json vouched for: {exc}") from exc
     except (KdtrError, OSError) as exc:
         raise GoldenError(f"golden unreadable: {exc}") from exc
     md = dict(f.metadata)
@@ -126,15 +133,17 @@ def _open_golden(op: str, config: str, path: Path) -> Golden:
             contracts[name] = Contract.from_metadata(md, name)
         except (KeyError, ValueError) as exc:
             raise GoldenError(f"{path}: bad or missing contract for {name!r}: {exc}") from exc
-    # The arrays are views over the file's read-only mapping; they keep it alive.
+    # The arrays are read-only views over the private copy of the vouched bytes.
     return Golden(f"{op}/{config}", op, config, Path(path), inputs, expected, contracts, md)
 
 
 def golden_cases(
-    golden_dir: Path, ops: Iterable[str] | None = None, tier: str = "committed", registry: Any = None
+    golden_dir: Path, ops: Iterable[str] | None = None, tier: str = "committed", registry: Any = None,
+    vouched: dict[Path, Vouch] | None = None,
 ) -> tuple[list[tuple[str, str, Path]], dict[Path, str]]:
     """The goldens of ``ops`` (None: all) as ``(op, config, path)``, sorted, and the problem
     of each golden the manifest does not vouch for (kdtr.runner.discover + check_manifest).
+    ``vouched`` receives each listed golden's manifest sha256 and size (check_manifest's).
 
     Raises:
         GoldenError: no golden directory, no goldens, no or a bad manifest; ``tier="all"``
@@ -152,7 +161,7 @@ def golden_cases(
         wanted = None if ops is None else set(ops)
         if wanted is not None:
             found = [g for g in found if g[0] in wanted]
-        found, problems = check_manifest(Path(golden_dir), found)
+        found, problems = check_manifest(Path(golden_dir), found, vouched)
     except UsageError as exc:
         raise GoldenError(str(exc)) from exc
     if wanted is not None:  # check_manifest lists the other ops' goldens as missing
@@ -182,12 +191,18 @@ def goldens(
     Raises:
         GoldenError: unknown op or no golden selected; no manifest; a golden not listed in
             ``MANIFEST.json``, whose sha256 differs from its entry, listed but missing, or
-            unreadable (all such files named in the message).
+            unreadable (all such files named in the message); a golden whose bytes, read
+            into memory, are not the ones the manifest vouched for (changed meanwhile).
+
+    Each golden is read once into private memory (about its file size: the committed
+    goldens are 32 MiB at most in all) and its arrays are views over that copy, so a later
+    change to the file (truncated, rewritten, replaced) cannot reach them.
     """
     from .goldens import default_golden_dir
 
     gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
-    found, problems = golden_cases(gdir, [op], tier, registry)
+    vouched: dict[Path, Vouch] = {}
+    found, problems = golden_cases(gdir, [op], tier, registry, vouched)
     if config is not None:
         found = [g for g in found if fnmatch.fnmatchcase(g[1], config)]
         problems = {p: why for p, why in problems.items() if any(p == g[2] for g in found)}
@@ -197,7 +212,7 @@ def goldens(
     if problems:
         raise GoldenError("goldens not vouched for by MANIFEST.json (run `kdtr regen --check`):\n"
                           + "\n".join(f"  {why}" for why in problems.values()))
-    return [_open_golden(o, c, p) for o, c, p in found]
+    return [_open_golden(o, c, p, vouched.get(p)) for o, c, p in found]
 
 
 def _dlpack_to_host(x: Any) -> np.ndarray:

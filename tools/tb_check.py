@@ -49,7 +49,7 @@ def main() -> int:
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for g in args.goldens:
-            gold = kdtr.load(g)
+            gold = kdtr.load(g, mmap=False)  # a private copy, read before any binary runs
             for k in args.kernel or ["heap", "select"]:
                 out = Path(tmp) / "out.kdtr"
                 r = subprocess.run([str(args.binary), "--input", str(g), "--output", str(out), "--backend", args.backend,
@@ -58,7 +58,7 @@ def main() -> int:
                     print(f"FAIL {g.name} {k}: exit {r.returncode}: {r.stderr.strip()}")
                     bad += 1
                     continue
-                got = kdtr.load(out)
+                got = kdtr.load(out, mmap=False)
                 diff = [n for n, v in got.tensors.items()
                         if not np.array_equal(v, gold.tensors[f"expected.{n}"]) or v.dtype != gold.tensors[f"expected.{n}"].dtype]
                 fb = got.metadata.get("select_fallbacks", "-")

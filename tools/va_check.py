@@ -9,7 +9,9 @@ build/bin/kdtr_greedy_step with ``--kernel K`` (``auto``: no option, the binary'
 on every committed golden of those ops (golden/<op>/*.kdtr, held against
 golden/MANIFEST.json like `kdtr run` does; or the GOLDENs given, their op read from their
 metadata) and judges each output exactly as `kdtr run` does (kdtr.runner's judge: every
-``expected.<name>`` under the golden's own ``contract.<name>.*``, not bit equality).  A
+``expected.<name>`` under the golden's own ``contract.<name>.*``, not bit equality), against
+the golden bytes vouched for when the check began (MANIFEST.json's sha256, or for a GOLDEN
+given the bytes read at the start): a golden changed meanwhile is a FAIL naming it.  A
 forced kernel must also be the one that ran (output metadata ``kernel``, e.g.
 ``mma_bf16_dqk576_dv512`` for ``mma``).  One line per (golden, kernel):
 
@@ -43,8 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 from kdtr import format as kformat  # noqa: E402
 from kdtr.errors import KdtrError  # noqa: E402
-from kdtr.runner import BATCH_TAG, Case, UsageError, _judge, check_manifest, discover  # noqa: E402
+from kdtr.runner import BATCH_TAG, Case, UsageError, _judge, check_manifest, discover, output_limit  # noqa: E402
 from kdtr.status import Status  # noqa: E402
+from kdtr.vouch import NotVouched, Vouch, load_private, load_vouched  # noqa: E402
 
 OPS = ("verify_attn", "greedy_step")
 KERNELS = ("auto", "simt", "mma", "wgmma")
@@ -57,6 +60,7 @@ class Golden:
     config: str
     path: Path
     problem: str = ""  # why it must not run (manifest), else ""
+    vouch: Vouch | None = None  # what its bytes must be when an output is judged (kdtr.vouch)
 
 
 @dataclass
@@ -85,7 +89,7 @@ def has_kernel_option(binary: Path) -> bool:
 def describe(path: Path) -> str:
     """'bf16 q [8, 65, 64, 576] d_v 512' for a NOT_SUPPORTED line."""
     try:
-        f = kformat.load(path, verify=False)
+        f = kformat.load(path, verify=False, mmap=False)  # a private copy: a truncated file is no SIGBUS
         q = f.tensors["input.q"]
         dt = "bf16" if str(q.dtype) == "bfloat16" else "f32" if q.dtype.itemsize == 4 else str(q.dtype)
         d_v = int(f.tensors["input.d_v"]) if "input.d_v" in f.tensors else "?"
@@ -103,15 +107,17 @@ def judge(g: Golden, kernel: str, backend: str, rc: int, msg: str, out: Path, se
         return Outcome("NOT_SUPPORTED", g, kernel, f"(exit 3; {describe(g.path)}) {msg}".rstrip(), seconds)
     if rc != 0:
         return Outcome("FAIL", g, kernel, f"exit {rc}: {msg}".rstrip(), seconds)
-    try:
-        gold = kformat.load(g.path)
+    try:  # the vouched bytes, in private memory: never what a binary left in the file
+        gold, _ = load_vouched(g.path, g.vouch)
+    except NotVouched as exc:
+        return Outcome("FAIL", g, kernel, f"golden changed since it was vouched for: {exc}", seconds)
     except (KdtrError, OSError) as exc:
         return Outcome("FAIL", g, kernel, f"golden unreadable: {exc}", seconds)
     status, reason, _results = _judge(Case(g.op, g.config, g.path, backend), gold, out)
     if status != Status.PASS:
         return Outcome("FAIL", g, kernel, f"{status}: {reason}", seconds)
     try:
-        ran = str(kformat.load(out, verify=False).metadata.get("kernel", "?"))
+        ran = str(load_private(out, output_limit()).metadata.get("kernel", "?"))
     except (KdtrError, OSError) as exc:
         return Outcome("FAIL", g, kernel, f"output unreadable: {exc}", seconds)
     if not ran_matches(kernel, ran):
@@ -165,18 +171,20 @@ def collect(args: argparse.Namespace) -> list[Golden]:
     if args.goldens:
         out = []
         for p in args.goldens:
-            try:
-                md = kformat.load(p, verify=False).metadata
+            try:  # these bytes, read now, are what its outputs are judged against
+                f, vouch = load_vouched(p, None)
             except (KdtrError, OSError) as exc:
                 raise UsageError(f"{p}: {exc}") from exc
+            md = f.metadata
             op = str(md.get("op", ""))
             if op not in args.op:
                 raise UsageError(f"{p}: op {op!r} is not one of {', '.join(args.op)}")
-            out.append(Golden(op, str(md.get("config", p.stem)), p))
+            out.append(Golden(op, str(md.get("config", p.stem)), p, vouch=vouch))
         return out
     found = [f for f in discover(args.golden_dir) if f[0] in args.op]
-    found, problems = check_manifest(args.golden_dir, found)
-    return [Golden(op, cfg, p, problems.get(p, "")) for op, cfg, p in found if op in args.op]
+    vouched: dict[Path, Vouch] = {}
+    found, problems = check_manifest(args.golden_dir, found, vouched)
+    return [Golden(op, cfg, p, problems.get(p, ""), vouched.get(p)) for op, cfg, p in found if op in args.op]
 
 
 def main(argv: list[str] | None = None) -> int:

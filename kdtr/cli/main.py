@@ -147,7 +147,8 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
             if b not in backends:
                 raise runner.UsageError(f"--require-backend {b}: not among the chosen backends ({', '.join(backends)})")
         found = runner.discover(gdir, second_tier=tier == "all", registry=kdtr.generators.REGISTRY)
-        found, problems = runner.check_manifest(gdir, found)
+        vouched: dict = {}  # the sha256 of each golden, as MANIFEST.json gives it now: what is judged
+        found, problems = runner.check_manifest(gdir, found, vouched)
         chosen = runner.select(found, only, known_ops=set(kdtr.generators.REGISTRY.ops()) | {g[0] for g in found})
         cases = runner.select_cases(runner.plan(chosen, backends), only)
         cases = runner.shard(cases, shard)
@@ -164,6 +165,7 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
             sanitizer=sanitizer or "",
             known_failures=runner.load_known_failures(gdir),
             golden_problems=problems,
+            vouched=vouched,
             rerun_args=rerun_args,
         )
         lock.__enter__()  # before any case runs: an unwritable or busy report directory stops here

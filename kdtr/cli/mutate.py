@@ -426,13 +426,16 @@ class Plan:
     cases: dict[str, list[runner.Case]]
     golden_dir: Path
     timeouts: dict[runner.Case, float]
+    # each golden's sha256 and size from MANIFEST.json at the start: every mutant is judged
+    # against those bytes (runner.RunConfig.vouched), whatever a binary does to the files
+    vouched: dict[Path, Any] = field(default_factory=dict)
 
 
 def _run_cases(cases: list[runner.Case], bin_dir: Path, out_dir: Path, plan: Plan) -> list[runner.CaseResult]:
     results = []
     for c in cases:
         cfg = runner.RunConfig(golden_dir=plan.golden_dir, bin_dir=bin_dir, out_dir=out_dir,
-                               timeout=plan.timeouts.get(c, 60.0))
+                               timeout=plan.timeouts.get(c, 60.0), vouched=plan.vouched)
         out_dir.mkdir(parents=True, exist_ok=True)
         results.append(runner.run_case(c, cfg))
         if results[-1].status == Status.TIMEOUT:
@@ -491,12 +494,13 @@ def prepare(root: Path, golden_dir: Path, ws: Workspace, registry: Any = None) -
         runner.UsageError: no goldens, a manifest problem, or a case failing unmutated.
     """
     found = runner.discover(golden_dir, registry=registry)
-    found, problems = runner.check_manifest(golden_dir, found)
+    vouched: dict[Path, Any] = {}
+    found, problems = runner.check_manifest(golden_dir, found, vouched)
     if problems:
         path, why = next(iter(problems.items()))
         raise runner.UsageError(f"golden {path}: {why}")
     cases = runner.plan(found, ["cpu"])
-    plan = Plan({op: [c for c in cases if c.op == op] for op in OPS}, golden_dir, {})
+    plan = Plan({op: [c for c in cases if c.op == op] for op in OPS}, golden_dir, {}, vouched)
     results = _run_cases(cases, ws.base / "build" / "bin", ws.scratch / "base-obtained", plan)
     bad = [r for r in results if r.status != Status.PASS]
     if bad:
