@@ -18,6 +18,13 @@ for _p in (str(REPO_ROOT), str(TESTS_DIR)):
 
 KDTR_CHECK = REPO_ROOT / "build" / "bin" / "kdtr_check"
 
+# Hypothesis reaches no verdict from the clock (no per-example deadline, no "too slow" health
+# check): a busy machine makes examples slow, not wrong (tests/timing.py says the rule).
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("kdtr", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kdtr")
+
 
 def load_tool(name: str):
     """tools/<name>.py imported as the module ``name`` (the tools are scripts, not a package)."""

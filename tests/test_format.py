@@ -643,7 +643,7 @@ def test_saved_file_has_ordinary_permissions(tmp_path):
 # --- opening: only regular files; mmap=False ------------------------------------------------
 
 
-def _load_in_subprocess(repo_root: Path, path: Path, extra: str = "", timeout: float = 30) -> subprocess.CompletedProcess:
+def _load_in_subprocess(repo_root: Path, path: Path, extra: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
     """kdtr.load(path) in a child process, so that a hang fails the test (TimeoutExpired)
     instead of hanging the suite. The child prints the error's class and message."""
     code = (

@@ -430,7 +430,7 @@ def _build_crc() -> str:
 
 
 def test_kdtr_check_version_names_the_crc(kdtr_check):
-    r = subprocess.run([str(kdtr_check), "--version"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([str(kdtr_check), "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r
     line = r.stdout.strip()
     assert line.startswith("kdtr_check: KDTR 1.0 reader and writer; CRC-32: "), line
@@ -479,7 +479,7 @@ def test_zlib_fallback_build_reads_the_goldens(tmp_path, kdtr_check):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "crc32=zlib" in (build / "config.stamp").read_text()
     exe = build / "bin" / "kdtr_check"
-    v = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=30)
+    v = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
     assert "CRC-32: zlib " in v.stdout, v.stdout
     for g in GOLDENS:
         c = subprocess.run([str(exe), str(g)], capture_output=True, text=True, timeout=60)

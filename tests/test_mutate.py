@@ -16,6 +16,7 @@ from kdtr.cli import mutate as mut
 from kdtr.cli.main import main
 
 from conftest import REPO_ROOT
+from timing import HANG_GUARD, wait_for
 
 TA = "cuda_tests/kernels/tree_accept.cuh"
 
@@ -229,27 +230,42 @@ def test_sigterm_stops_the_run_promptly_and_writes_no_report(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
+
+    from timing import never_fifo, release_fifo
 
     mut.Workspace(REPO_ROOT, tmp_path)  # the cached unmutated build, so the run reaches the mutants at once
     cat = tmp_path / "cat"
     cat.mkdir()
+    # each mutant's compile blocks forever (it #includes a FIFO nothing writes to): only a
+    # run that handles SIGTERM at once, killing the build, ever ends
+    fifo = never_fifo(tmp_path)
     (cat / "tree_accept.toml").write_text("\n".join(
         f'[[mutant]]\nname = "m{i}"\nop = "tree_accept"\nfile = "{TA}"\nbug = "b"\norigin = "o"\n'
-        f"find = '''int32_t accepted = 0;'''\nreplace = '''int32_t accepted = {i} - {i};'''\n" for i in range(1, 9)))
+        f"find = '''int32_t accepted = 0;'''\nreplace = '''int32_t accepted = {i} - {i};\n#include \"{fifo}\"'''\n"
+        for i in range(1, 9)))
     gdir = tmp_path / "golden"  # one golden: the run is among the mutant builds within a second or two
     (gdir / "tree_accept").mkdir(parents=True)
     shutil.copy2(REPO_ROOT / "golden" / "tree_accept" / "default.kdtr", gdir / "tree_accept" / "default.kdtr")
     goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
     rdir = tmp_path / "reports"
+    scratch = tmp_path / "tmp"  # TMPDIR of the run: its scratch directory, kdtr-mutate-*, appears here
+    scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "kdtr.cli", "mutate", "--catalogue-dir", str(cat), "-j", "1",
                              "--golden-dir", str(gdir), "--report-dir", str(rdir)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
-    time.sleep(6)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+                            stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(scratch)))
+    try:
+        # the first mutant's build has started (its scratch copy m1 exists): signal it now
+        wait_for(lambda: any(scratch.glob("kdtr-mutate-*/m1")), "the first mutant's build did not start")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=HANG_GUARD)  # the builds never end by themselves
+    except subprocess.TimeoutExpired:
+        pytest.fail("kdtr mutate did not stop on SIGTERM")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+            release_fifo(fifo)  # no compiler left blocked on it
     assert proc.returncode == 128 + signal.SIGTERM, out
-    assert time.monotonic() - t0 < 20, out  # 8 mutants at ~10 s each would take far longer
     assert "mutation run stopped" in out
     assert not (rdir / "mutation.json").exists()

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 import kdtr
 from kdtr import goldens, runner
 from kdtr.cli.main import main
+from timing import HANG_GUARD, SHORT_TIMEOUT, copy_fake, gone, never_fifo, wait_for
 
 # A stand-in for build/bin/kdtr_tree_accept: computes the reference, or misbehaves on
 # request (FAKE_MODE=<config>:<mode>). Written in Python so no compiler is needed.
@@ -36,7 +37,8 @@ if backend == "cuda" and mode != "gpu":
 if mode == "segv":
     os.kill(os.getpid(), signal.SIGSEGV)
 if mode == "hang":
-    time.sleep(60)
+    while True:  # forever, whatever the machine's speed: only the runner's kill ends it
+        signal.pause()
 if mode == "exit1":
     print("cudaErrorIllegalAddress at test.cu:10", file=sys.stderr); sys.exit(1)
 g = kdtr.load(inp)
@@ -166,7 +168,11 @@ def test_wrong_kernel_output_is_mismatch(env):
 )
 def test_crash_timeout_and_bad_output_are_statuses(env, mode, status, words):
     tmp_path, gdir, bdir = env
-    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", mode=f"chain:{mode}", timeout="10")  # slack for a busy machine
+    timeout = "60"  # a hang guard: the fake's Python start-up takes seconds on a busy machine
+    if mode == "hang":  # a fake that copies outputs (milliseconds) and blocks forever at chain
+        copy_fake(bdir, gdir, "tree_accept", block=("chain",))
+        timeout = f"{SHORT_TIMEOUT:g}"
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", mode=f"chain:{mode}", timeout=timeout)
     assert r.exit_code == 1
     cases = report_cases(tmp_path)
     assert cases["tree_accept/chain@cpu"]["status"] == status
@@ -270,20 +276,13 @@ def test_timeout_kills_the_whole_process_group(env):
     tmp_path, gdir, bdir = env
     pidfile = tmp_path / "child.pid"
     shim = bdir / "kdtr_tree_accept"
-    shim.write_text(f"#!/bin/sh\nsleep 60 >/dev/null 2>&1 &\necho $! > {pidfile}\nwait\n")
-    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain", timeout="1")
+    # the child blocks forever (a FIFO nothing writes to): only the group kill ends it
+    shim.write_text(f"#!/bin/sh\ncat {never_fifo(tmp_path)} >/dev/null 2>&1 &\necho $! > {pidfile}\nwait\n")
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain", timeout=f"{SHORT_TIMEOUT:g}")
     assert r.exit_code == 1 and report_cases(tmp_path)["tree_accept/chain@cpu"]["status"] == "TIMEOUT"
     child = int(pidfile.read_text())
-    import time as _time
-
-    for _ in range(50):  # the killed child may take a moment to be reaped by init
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        _time.sleep(0.1)
-    else:
-        pytest.fail(f"child {child} of the timed-out binary is still running")
+    # the killed child may take a moment to be reaped by init
+    wait_for(lambda: gone(child), f"child {child} of the timed-out binary is still running")
 
 
 def test_config_metadata_must_match_the_file_name(env):
@@ -353,12 +352,11 @@ def test_diff_refuses_swapped_or_foreign_files(repo_root, tmp_path):
 def test_ctrl_c_stops_the_run_and_its_binaries(env, repo_root):
     import signal as _signal
     import subprocess
-    import time as _time
 
     tmp_path, gdir, bdir = env
     pidfile = tmp_path / "pids"
     shim = bdir / "kdtr_tree_accept"
-    shim.write_text(f"#!/bin/sh\necho $$ >> {pidfile}\nexec sleep 30\n")
+    shim.write_text(f"#!/bin/sh\necho $$ >> {pidfile}\n: < {never_fifo(tmp_path)}\n")  # blocks forever
     # The runner gets SIGINT's default disposition, as under a terminal: a test suite started
     # in the background of a non-interactive shell (`cmd &`) inherits SIGINT ignored, and a
     # Python started with SIGINT ignored keeps ignoring it.
@@ -367,19 +365,16 @@ def test_ctrl_c_stops_the_run_and_its_binaries(env, repo_root):
          "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"), "--backend", "cpu", "-j", "1"],
         cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: _signal.signal(_signal.SIGINT, _signal.SIG_DFL))
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        _time.sleep(0.1)
-    p.send_signal(_signal.SIGINT)
     try:
-        p.communicate(timeout=20)  # 11 queued cases x 30 s if the queue were not dropped
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), "no binary started")
+        p.send_signal(_signal.SIGINT)
+        p.communicate(timeout=HANG_GUARD)  # its binaries never end by themselves
     except subprocess.TimeoutExpired:
-        p.kill()
         pytest.fail("kdtr run did not stop on Ctrl-C")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
     assert p.returncode == 128 + _signal.SIGINT
     for pid in map(int, pidfile.read_text().split()):
-        with pytest.raises(ProcessLookupError):
-            for _ in range(50):
-                os.kill(pid, 0)
-                _time.sleep(0.1)
+        wait_for(lambda: gone(pid), f"binary {pid} outlived the runner")

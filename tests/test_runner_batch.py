@@ -21,6 +21,7 @@ from conftest import op_binary
 from kdtr import runner
 from kdtr.cli.main import main
 from test_runner import relist
+from timing import SHORT_TIMEOUT, copy_fake
 
 # A stand-in for build/bin/kdtr_tree_accept that speaks batch mode (docs/binaries.md).
 # FAKE_MODE=<config>:<mode>,... makes a golden misbehave; FAKE_GPU=1 lets the cuda backend
@@ -46,7 +47,8 @@ def one(inp, out):
     if mode == "segv" or (mode == "batchsegv" and batch):
         os.kill(os.getpid(), signal.SIGSEGV)
     if mode == "hang" or (mode == "batchhang" and batch):
-        time.sleep(60)
+        while True:  # forever, whatever the machine's speed: only the runner's kill ends it
+            signal.pause()
     if mode == "exit1":
         return 1, "cudaErrorIllegalAddress at test.cu:10"
     g = kdtr.load(inp)
@@ -164,8 +166,12 @@ def test_cpu_batches_split_over_jobs_by_golden_bytes(env):
     ("hang", "TIMEOUT", "killed after"), ("exit1", "CRASH", "cudaErrorIllegalAddress"),
 ])
 def test_a_failure_inside_a_batch_is_attributed_to_its_golden(env, mode, status, words):
-    tmp_path, gdir, _ = env
-    r, calls, cases = invoke(env, "--backend", "cpu", timeout="5", FAKE_MODE=f"chain:{mode}")
+    tmp_path, gdir, bdir = env
+    timeout = "60"  # a hang guard: the fake's Python start-up takes seconds on a busy machine
+    if mode == "hang":  # a fake that copies outputs (milliseconds) and blocks forever at chain
+        copy_fake(bdir, gdir, "tree_accept", block=("chain",), log=tmp_path / "fake.log")
+        timeout = f"{SHORT_TIMEOUT:g}"
+    r, calls, cases = invoke(env, "--backend", "cpu", timeout=timeout, FAKE_MODE=f"chain:{mode}")
     case = cases["tree_accept/chain@cpu"]
     assert case["status"] == status and words in case["reason"], case
     others = [c for k, c in cases.items() if k != "tree_accept/chain@cpu"]
