@@ -48,7 +48,11 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 def install_signal_handlers() -> None:
     """SIGTERM and SIGHUP (a CI cancel, a closed terminal) end the command the way Ctrl-C
-    does, by an exception in the main thread. Main thread only."""
+    does, by an exception in the main thread. Called from another thread (a command run
+    inside a test harness's or an application's thread), it does nothing: Python runs
+    signal handlers in the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
 

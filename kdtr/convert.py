@@ -21,6 +21,11 @@ target format. docs/convert.md is the user-facing description; in short:
   no metadata from npz, and every ``__metadata__`` string of safetensors as a KDTR string
   entry; the tensors come in member order (npz) or data-offset order (safetensors).
 
+Reading is bounded (:func:`read`): nothing larger than :func:`max_convert_bytes` is read,
+allocated or inflated, and every malformed input is one :class:`ConvertError` naming the
+file and the field. Writing refuses a tensor name the target cannot keep exactly
+(:func:`write`).
+
 Every KDTR write goes through :func:`kdtr.save` (atomic, and its ``WriteError`` names a
 bad tensor name, a bool tensor with bytes other than 0/1, a too-long key, ...); npz and
 safetensors files go through :func:`kdtr.format.atomic_write` (a temporary file in the
@@ -35,6 +40,7 @@ import math
 import os
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -42,6 +48,7 @@ import ml_dtypes
 import numpy as np
 
 from . import format as kformat
+from . import userfiles
 from .dtypes import code_of_dtype, name_of_dtype
 
 SUFFIXES = {".kdtr": "kdtr", ".npz": "npz", ".safetensors": "safetensors"}
@@ -174,7 +181,10 @@ def decode_metadata(text: str, path: str | os.PathLike, where: str) -> list[tupl
 def _json_text(value: Any) -> str:
     if isinstance(value, _Obj):
         value = dict(value)
-    text = json.dumps(value)
+    try:
+        text = json.dumps(value)
+    except (ValueError, TypeError, RecursionError):  # nested too deep to print
+        return f"a JSON {type(value).__name__}"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -183,7 +193,14 @@ def _json_text(value: Any) -> str:
 def _kdtr_array(path: str | os.PathLike, name: str, arr: np.ndarray) -> np.ndarray:
     """``arr`` as a KDTR tensor: little-endian, C order. Raises ConvertError naming the
     tensor if its dtype has no KDTR dtype."""
-    dt = arr.dtype
+    dt = _check_kdtr_dtype(path, f"tensor {name!r}", arr.dtype)
+    arr = arr.astype(dt, copy=False)
+    # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def _check_kdtr_dtype(path: str | os.PathLike, where: str, dt: np.dtype) -> np.dtype:
+    """``dt`` little-endian, or ConvertError (field ``where``) if KDTR has no such dtype."""
     if dt.byteorder == ">":
         dt = dt.newbyteorder("<")
     if code_of_dtype(dt) is None:
@@ -193,11 +210,78 @@ def _kdtr_array(path: str | os.PathLike, name: str, arr: np.ndarray) -> np.ndarr
         elif dt.kind == "V" and dt.itemsize == 2 and dt.names is None:
             hint = (" (plain numpy saves bf16 as V2, losing the dtype: store arr.view(np.uint16) with a "
                     f"{NPZ_DTYPES} record, docs/convert.md)")
-        raise ConvertError(path, f"tensor {name!r}", f"dtype {dt.str} has no KDTR dtype{hint}; KDTR holds "
+        raise ConvertError(path, where, f"dtype {dt.str} has no KDTR dtype{hint}; KDTR holds "
                            "bool, u8, i8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64")
-    arr = arr.astype(dt, copy=False)
-    # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    return dt
+
+
+_I64_MAX = (1 << 63) - 1
+
+
+def _checked_nbytes(path: str | os.PathLike, where: str, shape: tuple[int, ...], itemsize: int) -> int:
+    """The bytes of a tensor of ``shape`` (Python integers, so nothing wraps), or
+    ConvertError: the KDTR size rule (docs/kdtr-format.md), which is numpy's too -- the
+    product of the nonzero dims times the item size at most 2**63 - 1."""
+    if any(d < 0 for d in shape):
+        raise ConvertError(path, where, f"shape {list(shape)}: a negative dim")
+    n = 1
+    for d in shape:
+        n *= d or 1
+        if n > _I64_MAX:  # already too large: stop before the product grows without bound
+            break
+    if n * itemsize > _I64_MAX:
+        raise ConvertError(path, where, f"shape {list(shape)} x {itemsize} B: the product of the nonzero dims "
+                           "times the item size exceeds 2**63 - 1 (no array can have this shape)")
+    return 0 if 0 in shape else n * itemsize
+
+
+# --- bounds -------------------------------------------------------------------------------
+
+MAX_CONVERT_BYTES = 1 << 30
+"""Default limit on what one conversion holds in memory (1 GiB): the source file, and the
+tensors' bytes, all together, decompressed. A conversion holds the source, its tensors and
+the destination's bytes in memory at once; the limit keeps a small file (a zip bomb, a
+header declaring 10^12 bytes) from making that unbounded. ``KDTR_MAX_CONVERT_BYTES`` (a
+decimal byte count) replaces it."""
+
+MAX_CONVERT_BYTES_ENV = "KDTR_MAX_CONVERT_BYTES"
+
+
+def max_convert_bytes(path: str | os.PathLike = "") -> int:
+    """The limit in force: ``$KDTR_MAX_CONVERT_BYTES`` or :data:`MAX_CONVERT_BYTES`.
+
+    Raises:
+        ConvertError: the variable is not a decimal byte count (field: the variable).
+    """
+    text = os.environ.get(MAX_CONVERT_BYTES_ENV, "")
+    if text == "":
+        return MAX_CONVERT_BYTES
+    if not (text.isascii() and text.isdigit()):
+        raise ConvertError(path, f"environment {MAX_CONVERT_BYTES_ENV}",
+                           f"{text!r} is not a byte count (a decimal integer, e.g. {MAX_CONVERT_BYTES})")
+    return int(text)
+
+
+def _limit_text(limit: int) -> str:
+    return f"{limit} bytes (set {MAX_CONVERT_BYTES_ENV} to raise it)"
+
+
+def _read_source(p: str, limit: int) -> bytes:
+    """The bytes of the source file (a FIFO or a directory refused at once, never blocked
+    on, as kdtr.load does), at most ``limit`` of them."""
+    try:
+        return userfiles.read_bounded(p, limit, "conversion source")
+    except userfiles.UserFileError as exc:
+        raise ConvertError(p, "file", f"{exc.detail} (set {MAX_CONVERT_BYTES_ENV} to raise it)") from None
+
+
+def _check_total(p: str, tensors: Iterable[tuple[str, np.ndarray]], limit: int) -> None:
+    total = 0
+    for name, arr in tensors:
+        total += arr.nbytes
+        if total > limit:
+            raise ConvertError(p, f"tensor {name!r}", f"the tensors hold {total} bytes so far, over the limit of "
+                               f"{_limit_text(limit)}")
 
 
 # --- readers --------------------------------------------------------------------------
@@ -205,13 +289,23 @@ def _kdtr_array(path: str | os.PathLike, name: str, arr: np.ndarray) -> np.ndarr
 def read(path: str | os.PathLike) -> Contents:
     """The tensors and metadata of a KDTR, npz or safetensors file (format by suffix).
 
+    Every size is checked before it is allocated or inflated: the source file and its
+    tensors' bytes (the sizes an npz declares, then what is read) at most
+    :func:`max_convert_bytes` (1 GiB unless ``KDTR_MAX_CONVERT_BYTES``); every shape by the
+    KDTR size rule; an npz member's data against what its ``.npy`` header declares.
+
     Raises:
-        ConvertError: bad suffix, a corrupt npz or safetensors file, a tensor whose dtype
-            KDTR cannot hold (object, string, complex, structured, ... arrays), a reserved
-            entry that does not parse.
+        ConvertError: bad suffix, a corrupt npz or safetensors file (a bad CRC-32, a
+            corrupt deflate stream, a header that does not parse or declares more data
+            than the file holds, JSON nested too deep), a file over the limit, a tensor
+            whose dtype KDTR cannot hold (object, string, complex, structured, ...
+            arrays), a name the file's own readers would not keep (a zip name holding a
+            NUL, a non-ASCII zip name not marked UTF-8, a name twice), a reserved entry
+            that does not parse.
         kdtr.KdtrError: a KDTR source that is not a valid KDTR file (every tensor's
             checksum is verified).
-        OSError: the file cannot be read.
+        OSError: the file cannot be read, or is not a regular file
+            (:class:`kdtr.errors.Io`: a FIFO is refused, never blocked on).
     """
     fmt = format_of(path)
     if fmt == "kdtr":
@@ -222,38 +316,32 @@ def read(path: str | os.PathLike) -> Contents:
 
 
 def _read_kdtr(path: str | os.PathLike) -> Contents:
-    f = kformat.load(path, verify=True)
+    f = kformat.load(path, verify=True)  # mapped, not read into memory; the destination will be
+    _check_total(os.fspath(path), f.tensors.items(), max_convert_bytes(path))
     return Contents(list(f.tensors.items()), list(f.metadata.items()))
 
 
 def _read_npz(path: str | os.PathLike) -> Contents:
     p = os.fspath(path)
-    data = kformat.read_regular_bytes(p)  # refuses a FIFO or a directory like kdtr.load
+    limit = max_convert_bytes(p)
+    data = _read_source(p, limit)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        infos = zf.infolist()
+    except _ZIP_ERRORS as exc:
         raise ConvertError(p, "file", f"not a valid npz (zip) file: {exc}") from None
+    members = _npz_members(p, infos, limit)
     arrays: list[tuple[str, np.ndarray]] = []
     reserved: dict[str, np.ndarray] = {}
     with zf:
-        for info in zf.infolist():
-            member = info.filename
-            if info.is_dir():
-                continue
-            if not member.endswith(".npy"):
-                raise ConvertError(p, f"member {member!r}", "not a .npy array (an npz holds <name>.npy members)")
-            name = member[:-4]
+        for info, name in members:
             where = f"tensor {name!r}" if name not in (NPZ_METADATA, NPZ_DTYPES) else name
             try:
                 with zf.open(info) as fh:
-                    arr = np.lib.format.read_array(fh, allow_pickle=False)
-            except ValueError as exc:
-                msg = str(exc)
-                if "allow_pickle" in msg or "Object arrays" in msg:
-                    raise ConvertError(p, where, "an object array (pickled Python objects): KDTR holds "
-                                       "numbers only") from None
-                raise ConvertError(p, where, f"not a valid .npy array: {msg}") from None
-            except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
+                    arr = _read_npy(p, where, fh, info.file_size, reserved=name in (NPZ_METADATA, NPZ_DTYPES))
+            except ConvertError:
+                raise
+            except _ZIP_ERRORS as exc:
                 raise ConvertError(p, where, f"unreadable zip member: {exc}") from None
             if name in (NPZ_METADATA, NPZ_DTYPES):
                 reserved[name] = arr
@@ -283,6 +371,125 @@ def _read_npz(path: str | os.PathLike) -> Contents:
     return Contents([(name, _kdtr_array(p, name, arr)) for name, arr in arrays], metadata)
 
 
+# Errors of zipfile and its decompressors on a corrupt archive or member (a bad CRC, a
+# corrupt deflate stream, a truncated file, inconsistent headers), each turned into one
+# ConvertError line.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
+               struct.error, NotImplementedError, RuntimeError, IndexError, KeyError, OverflowError)
+
+# The compression methods numpy writes (np.savez: stored; np.savez_compressed: deflated).
+# The others (bzip2, lzma) are refused: zipfile inflates their chunks without a bound.
+_ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+
+
+def _npz_members(p: str, infos: list[zipfile.ZipInfo], limit: int) -> list[tuple[zipfile.ZipInfo, str]]:
+    """The (member, tensor name) pairs of an npz, checked before any member is inflated:
+    names kept exactly (no NUL cut, no unmarked non-ASCII, no repeats), stored or deflated
+    members only, not encrypted, at most MAX_TENSORS tensors, and the sizes the zip declares
+    within ``limit`` in all."""
+    out: list[tuple[zipfile.ZipInfo, str]] = []
+    seen: set[str] = set()
+    declared = 0
+    for info in infos:
+        member = info.filename
+        if info.orig_filename != member:
+            raise ConvertError(p, f"member {info.orig_filename!r}", "its name holds a NUL byte, where zip readers cut "
+                               f"it ({member!r}): the name cannot be kept")
+        if info.is_dir():
+            continue
+        if not info.flag_bits & 0x800 and not member.isascii():
+            raise ConvertError(p, f"member {member!r}", "a non-ASCII name not marked UTF-8 (zip flag bit 11): its "
+                               "encoding is unknown, so the name cannot be kept")
+        if not member.endswith(".npy"):
+            raise ConvertError(p, f"member {member!r}", "not a .npy array (an npz holds <name>.npy members)")
+        if member in seen:
+            raise ConvertError(p, f"member {member!r}", "a second member of this name (np.load would keep only "
+                               "the last)")
+        seen.add(member)
+        if info.flag_bits & 0x1:
+            raise ConvertError(p, f"member {member!r}", "encrypted: kdtr convert reads no encrypted members")
+        if info.compress_type not in _ZIP_METHODS:
+            raise ConvertError(p, f"member {member!r}", f"compression method {info.compress_type}: kdtr convert "
+                               "reads stored and deflated members (what np.savez and np.savez_compressed write)")
+        declared += info.file_size
+        if declared > limit:
+            raise ConvertError(p, f"member {member!r}", f"the members declare {declared} bytes decompressed so far, "
+                               f"over the limit of {_limit_text(limit)}; nothing was inflated")
+        out.append((info, member[:-4]))
+    if len(out) > kformat.MAX_TENSORS + 2:
+        raise ConvertError(p, "file", f"{len(out)} members: more than the {kformat.MAX_TENSORS} tensors KDTR holds")
+    return out
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_MAX_HEADER = 10_000  # numpy's own bound (np.load's max_header_size) on the header it parses
+
+
+def _read_exact(fh: Any, n: int, p: str, where: str, what: str) -> bytes:
+    data = fh.read(n)
+    if len(data) != n:
+        raise ConvertError(p, where, f"not a valid .npy array: the member ends inside {what}")
+    return data
+
+
+def _read_npy(p: str, where: str, fh: Any, member_size: int, reserved: bool) -> np.ndarray:
+    """One ``.npy`` array from the zip member stream ``fh`` of ``member_size`` declared
+    bytes: the header parsed with numpy's parser (at most 10,000 bytes, as np.load), the
+    dtype and shape checked before any data is read, the data read in bounded chunks into
+    an array of exactly the size the header declares, the member then read to its end so
+    that its CRC-32 is checked."""
+    magic = _read_exact(fh, 8, p, where, "the magic")
+    if magic[:6] != _NPY_MAGIC:
+        raise ConvertError(p, where, f"not a valid .npy array: magic {magic[:6]!r} is not {_NPY_MAGIC!r}")
+    version = (magic[6], magic[7])
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise ConvertError(p, where, f"not a valid .npy array: format version {version[0]}.{version[1]} is not "
+                           "1.0, 2.0 or 3.0")
+    len_bytes = _read_exact(fh, 2 if version == (1, 0) else 4, p, where, "the header length")
+    hlen = int.from_bytes(len_bytes, "little")
+    if hlen > _NPY_MAX_HEADER:
+        raise ConvertError(p, where, f"the .npy header is {hlen} bytes, over the {_NPY_MAX_HEADER} bytes numpy "
+                           "parses from an untrusted file (np.load refuses it too)")
+    header = _read_exact(fh, hlen, p, where, "the header")
+    if version == (3, 0):  # 2.0 with a UTF-8 header: only non-ASCII dtype field names need it
+        if not header.isascii():
+            raise ConvertError(p, where, "a .npy 3.0 header with non-ASCII text (a structured dtype): KDTR holds "
+                               "numbers only")
+        len_bytes, version = hlen.to_bytes(4, "little"), (2, 0)
+    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    try:
+        shape, fortran, dtype = reader(io.BytesIO(len_bytes + header), max_header_size=_NPY_MAX_HEADER)
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError, OverflowError) as exc:
+        raise ConvertError(p, where, f"not a valid .npy array: {exc}") from None
+    if dtype.hasobject:
+        raise ConvertError(p, where, "an object array (pickled Python objects): KDTR holds numbers only")
+    if not reserved:
+        _check_kdtr_dtype(p, where, dtype)
+    if dtype.itemsize == 0:
+        raise ConvertError(p, where, f"dtype {dtype.str} has items of 0 bytes")
+    nbytes = _checked_nbytes(p, where, shape, dtype.itemsize)
+    held = member_size - (8 + len(len_bytes) + hlen)
+    if nbytes > held:
+        raise ConvertError(p, where, f"the .npy header declares shape {list(shape)} x {dtype.itemsize} B = "
+                           f"{nbytes} bytes, but the member holds {max(held, 0)} bytes of data")
+    buf = bytearray(nbytes)
+    view = memoryview(buf)
+    pos = 0
+    while pos < nbytes:
+        chunk = fh.read(min(nbytes - pos, 1 << 20))
+        if not chunk:
+            raise ConvertError(p, where, f"the member ends after {pos} of the {nbytes} data bytes its header declares")
+        view[pos:pos + len(chunk)] = chunk
+        pos += len(chunk)
+    view.release()
+    while fh.read(1 << 20):  # to the end of the member (bounded by its declared size): the CRC-32 check
+        pass
+    order = "F" if fortran else "C"
+    if nbytes == 0:
+        return np.empty(shape, dtype=dtype, order=order)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape, order=order)
+
+
 def _reserved_text(path: str, name: str, arr: np.ndarray) -> str:
     """The JSON text of a reserved npz member: a 0-d unicode array, or the UTF-8 bytes as
     a 1-d u8 array."""
@@ -307,23 +514,69 @@ def _safetensors():
     return safetensors
 
 
+_ST_MAX_HEADER = 100_000_000  # safetensors' own bound on the JSON header
+
+
+def _st_header(p: str, data: bytes) -> dict[str, Any]:
+    """The JSON header of a safetensors file, checked before safetensors' reader sees it:
+    a JSON object (parsed with deep nesting refused) naming no tensor twice, at most
+    :data:`kdtr.format.MAX_TENSORS` tensors, each an object with a shape of dims >= 0 that
+    the KDTR size rule admits and two data offsets, and ``__metadata__`` strings to strings."""
+    if len(data) < 8:
+        raise ConvertError(p, "file", f"not a valid safetensors file: {len(data)} bytes, shorter than the "
+                           "8-byte header length")
+    n = struct.unpack("<Q", data[:8])[0]
+    if n > min(_ST_MAX_HEADER, len(data) - 8):
+        raise ConvertError(p, "header", f"not a valid safetensors file: a {n}-byte header in a {len(data)}-byte file")
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ConvertError(p, "header", f"{json.dumps(key)} appears twice: the name cannot be kept")
+            out[key] = value
+        return out
+
+    try:
+        header = userfiles.parse_json(bytes(data[8:8 + n]), p, "header", object_pairs_hook=pairs)
+    except userfiles.UserFileError as exc:
+        raise ConvertError(p, "header", f"not a valid safetensors file: {exc.detail.removeprefix('header: ')}") \
+            from None
+    if not isinstance(header, dict):
+        raise ConvertError(p, "header", f"a JSON {type(header).__name__}, not an object")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ConvertError(p, "__metadata__", "not an object of strings")
+    tensors = [k for k in header if k != "__metadata__"]
+    if len(tensors) > kformat.MAX_TENSORS:
+        raise ConvertError(p, "header", f"{len(tensors)} tensors: more than the {kformat.MAX_TENSORS} KDTR holds")
+    for name in tensors:
+        where = f"tensor {name!r}"
+        entry = header[name]
+        if not isinstance(entry, dict):
+            raise ConvertError(p, where, "not a JSON object")
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            raise ConvertError(p, where, f"shape {_json_text(shape)} is not a list of dims (integers >= 0)")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)):
+            raise ConvertError(p, where, f"data_offsets {_json_text(offsets)} is not two byte offsets")
+        dt = _ST_DTYPES.get(entry.get("dtype"))
+        if dt is not None:
+            _checked_nbytes(p, where, tuple(shape), dt.itemsize)
+    return header
+
+
 def _read_safetensors(path: str | os.PathLike) -> Contents:
     p = os.fspath(path)
     st = _safetensors()
-    data = kformat.read_regular_bytes(p)
+    data = _read_source(p, max_convert_bytes(p))
+    header = _st_header(p, data)  # before safetensors' reader: no shape or name it would choke on
     st_error = getattr(st, "SafetensorError", Exception)
     try:
         flat = st.deserialize(data)
     except st_error as exc:
         raise ConvertError(p, "file", f"not a valid safetensors file: {exc}") from None
-    # deserialize validated the header; it gives no metadata and no stable order, so read
-    # both from the header itself.
-    n = struct.unpack("<Q", data[:8])[0]
-    try:
-        header = json.loads(bytes(data[8:8 + n]).decode("utf-8"))
-    except ValueError as exc:  # not reached with a file deserialize accepted
-        raise ConvertError(p, "header", f"not JSON: {exc}") from None
-    meta = header.get("__metadata__") or {}
+    meta = header.get("__metadata__", {})
     tensors: dict[str, np.ndarray] = {}
     for name, view in flat:
         dt = _ST_DTYPES.get(view["dtype"])
@@ -334,9 +587,9 @@ def _read_safetensors(path: str | os.PathLike) -> Contents:
     if ST_ORDER in meta:
         where = f'__metadata__["{ST_ORDER}"]'
         try:
-            order = json.loads(meta[ST_ORDER])
-        except ValueError as exc:
-            raise ConvertError(p, where, f"not JSON: {exc}") from None
+            order = userfiles.parse_json(meta[ST_ORDER], p, where)
+        except userfiles.UserFileError as exc:
+            raise ConvertError(p, where, exc.detail.removeprefix(f"{where}: ")) from None
         if not (isinstance(order, list) and all(isinstance(x, str) for x in order)
                 and len(order) == len(tensors) and set(order) == set(tensors)):
             raise ConvertError(p, where, "not a JSON list of the file's tensor names, each once")
@@ -360,8 +613,11 @@ def write(path: str | os.PathLike, contents: Contents, *, compress: bool = False
     Raises:
         ConvertError: bad suffix; a tensor named like a reserved entry
             (``__kdtr_metadata__``, ``__kdtr_dtypes__`` in npz, ``__metadata__`` in
-            safetensors); a dtype the target cannot hold; a metadata value that is not a
-            KDTR type; safetensors' own refusal.
+            safetensors); a name the target cannot keep exactly (twice; not UTF-8; in npz
+            one holding a NUL, which zip cuts at, longer than a zip name, or ``X.npy``
+            beside a tensor ``X``, which np.load would read under that name); a dtype the
+            target cannot hold; a metadata value that is not a KDTR type; safetensors' own
+            refusal.
         kdtr.KdtrError: ``kdtr.save``'s ``WriteError`` for a KDTR target (bad or
             duplicate name, bool bytes other than 0/1, limits, ...).
         OSError: the file cannot be written.
@@ -373,9 +629,16 @@ def write(path: str | os.PathLike, contents: Contents, *, compress: bool = False
     p = os.fspath(path)
     seen: set[str] = set()
     for name, _ in contents.tensors:
+        if not isinstance(name, str):
+            raise ConvertError(p, f"tensor {name!r}", f"a {type(name).__name__} name, not a string")
         if name in seen:
             raise ConvertError(p, f"tensor {name!r}", "a second tensor of this name")
         seen.add(name)
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConvertError(p, f"tensor {name!r}", f"not UTF-8 text ({exc.reason}): the name cannot be kept") \
+                from None
     for key, value in contents.metadata:
         if isinstance(value, np.generic):
             value = value.item()
@@ -390,6 +653,29 @@ def write(path: str | os.PathLike, contents: Contents, *, compress: bool = False
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
+def _check_npz_names(path: str, names: list[str], reserved: list[str]) -> None:
+    """Refuse a tensor name that an npz cannot keep exactly: zip cuts a member name at its
+    first NUL (and some platforms map the path separator), a zip name has at most 65,535
+    bytes, and np.load, which looks a key up as a member name before adding ``.npy``,
+    would read another member under a name ``X.npy`` when ``X`` is a tensor or a reserved
+    member too."""
+    members = {n + ".npy" for n in [*names, *reserved]}
+    for name in names:
+        where = f"tensor {name!r}"
+        member = name + ".npy"
+        if "\0" in name:
+            raise ConvertError(path, where, "holds a NUL byte: a zip member name ends at its first NUL, so npz cannot "
+                               "keep this name")
+        stored = zipfile.ZipInfo(member).filename
+        if stored != member:
+            raise ConvertError(path, where, f"zip would store the member as {stored!r}: npz cannot keep this name")
+        if len(member.encode("utf-8")) > 0xFFFF:
+            raise ConvertError(path, where, "longer than the 65,535 bytes of a zip member name")
+        if name in members:
+            raise ConvertError(path, where, f"np.load looks this name up as the member {name!r}, which holds "
+                               f"{name[:-4]!r}: npz cannot keep both names")
+
+
 def _npz_bytes(path: str, contents: Contents, compress: bool) -> bytes:
     members: list[tuple[str, np.ndarray]] = []
     bf16: list[tuple[str, str]] = []
@@ -402,6 +688,8 @@ def _npz_bytes(path: str, contents: Contents, compress: bool) -> bytes:
             arr = arr.view("<u2")
             bf16.append((name, "bf16"))
         members.append((name, arr))
+    _check_npz_names(path, [n for n, _ in members],
+                     ([NPZ_METADATA] if contents.metadata else []) + ([NPZ_DTYPES] if bf16 else []))
     if contents.metadata:
         members.append((NPZ_METADATA, np.array(encode_metadata(contents.metadata))))
     if bf16:

@@ -48,8 +48,14 @@ def default_golden_dir() -> Path:
 
 
 def sha256_of(path: Path) -> str:
+    """The sha256 (hex) of the regular file ``path``.
+
+    Raises:
+        kdtr.errors.Io: (an OSError) not a regular file: a FIFO is refused, never blocked on.
+        OSError: unreadable.
+    """
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open(kformat._open_regular(os.fspath(path)), "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -224,13 +230,18 @@ def read_manifest(golden_dir: Path) -> dict[str, Any]:
         OSError: not a regular file (:class:`kdtr.errors.Io`, never blocks), unreadable.
         ValueError: not valid JSON or not a kdtr manifest.
     """
+    from .userfiles import load_json
+
     path = golden_dir / MANIFEST_NAME
-    try:
-        manifest = json.loads(kformat.read_regular_bytes(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    # a UserFileError (a ValueError) for a file too large, not UTF-8, malformed, nested too deep
+    manifest = load_json(path, "manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or "files" not in manifest:
         raise ValueError(f"{path}: not a kdtr manifest of format {MANIFEST_FORMAT}")
+    if not isinstance(manifest["files"], dict):
+        raise ValueError(f'{path}: "files": a JSON {type(manifest["files"]).__name__}, not an object of entries')
+    for rel, entry in manifest["files"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise ValueError(f'{path}: "files"[{json.dumps(rel)}]: not an entry (an object with a "sha256" string)')
     return manifest
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import children
+from . import children, userfiles
 from . import format as kformat
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
@@ -322,14 +322,19 @@ def load_known_failures(golden_dir: Path) -> dict[str, str]:
     path = golden_dir / KNOWN_FAILURES
     if not os.path.lexists(path):
         return {}
-    try:
-        data = json.loads(kformat.read_regular_bytes(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
+    try:  # kdtr.userfiles: too large, not UTF-8, malformed or nested too deep: one line
+        data = userfiles.load_json(path, "known-failures list")
+    except userfiles.UserFileError as exc:
+        raise UsageError(str(exc)) from exc
     except OSError as exc:  # kdtr.errors.Io for a FIFO or directory: refused, never blocked on
         raise UsageError(f"{path}: {exc.strerror or exc}") from exc
-    if not isinstance(data, dict) or not all(isinstance(v, str) and v.strip() for v in data.values()):
-        raise UsageError(f"{path}: must map 'op/config[@backend]' to a non-empty reason")
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: must map 'op/config[@backend]' to a non-empty reason (a JSON object, "
+                         f"not a {type(data).__name__})")
+    for key, why in data.items():
+        if not (isinstance(why, str) and why.strip()):
+            raise UsageError(f"{path}: {json.dumps(key)}: must map 'op/config[@backend]' to a non-empty reason "
+                             f"(a string with text, not {'a blank one' if isinstance(why, str) else type(why).__name__})")
     return data
 
 

@@ -51,12 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from kdtr import children, fsutil, runner
+from kdtr import userfiles
 from kdtr.status import FAILING, Status
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 CATALOGUE_DIR = "mutants"
 TRIAGE_FILE = "generic_triage.toml"
@@ -123,6 +119,21 @@ class Mutant:
         return text.replace(self.find, self.replace, 1)
 
 
+def _load_toml(path: Path, what: str) -> dict[str, Any]:
+    """The TOML document of a catalogue or triage file (kdtr.userfiles: a FIFO, a huge
+    file, bytes that are not UTF-8, bad syntax or deep nesting are refused, not hung on).
+
+    Raises:
+        CatalogueError: naming the file and what is wrong.
+    """
+    try:
+        return userfiles.load_toml(path, what)
+    except userfiles.UserFileError as exc:
+        raise CatalogueError(f"{path}: unreadable {what}: {exc.detail}") from None
+    except OSError as exc:
+        raise CatalogueError(f"{path}: unreadable {what}: {exc.strerror or exc}") from None
+
+
 def _entry_error(path: Path, i: int, what: str) -> CatalogueError:
     return CatalogueError(f"{path}: mutant #{i + 1}: {what}")
 
@@ -151,10 +162,7 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
     seen: set[str] = set()
     texts: dict[str, str] = {}
     for path in files:
-        try:
-            doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise CatalogueError(f"{path}: unreadable catalogue: {exc}") from exc
+        doc = _load_toml(path, "catalogue")
         stray = sorted(set(doc) - {"mutant"})
         if stray:
             raise CatalogueError(f"{path}: unknown top-level key {stray[0]!r} (expected [[mutant]] tables)")
@@ -162,6 +170,8 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
         if not isinstance(entries, list) or not entries:
             raise CatalogueError(f"{path}: no [[mutant]] entries")
         for i, e in enumerate(entries):
+            if not isinstance(e, dict):
+                raise _entry_error(path, i, f"a {type(e).__name__}, not a table (write [[mutant]] tables)")
             for key in _REQUIRED:
                 if not isinstance(e.get(key), str) or not e[key]:
                     raise _entry_error(path, i, f"field {key!r} missing or not a non-empty string")
@@ -177,7 +187,7 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
             if e["op"] not in OPS:
                 raise _entry_error(path, i, f"field 'op' {e['op']!r}: not an op ({', '.join(OPS)})")
             rel = e["file"]
-            if not rel.startswith("cuda_tests/") or ".." in Path(rel).parts:
+            if not rel.startswith("cuda_tests/") or "\0" in rel or ".." in Path(rel).parts:
                 raise _entry_error(path, i, f"field 'file' {rel!r}: must be a file under cuda_tests/")
             if e["find"] == e["replace"]:
                 raise _entry_error(path, i, "fields 'find' and 'replace' are equal: no edit")
@@ -187,9 +197,11 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
             seen.add(mid)
             if rel not in texts:
                 try:
-                    texts[rel] = (root / rel).read_text(encoding="utf-8")
+                    texts[rel] = userfiles.read_text(root / rel, "source file")
                 except OSError as exc:
                     raise _entry_error(path, i, f"field 'file' {rel!r}: {exc.strerror or exc}") from exc
+                except userfiles.UserFileError as exc:
+                    raise _entry_error(path, i, f"field 'file' {rel!r}: {exc.detail}") from exc
             m = Mutant(mid, e["op"], rel, e["bug"], e["origin"], e["find"], e["replace"], e.get("equivalent", ""))
             try:
                 m.apply(texts[rel])
@@ -237,11 +249,22 @@ def mutate_tool() -> str:
 
 def generic_mutants(root: Path, files: Iterable[str] = GENERIC_FILES) -> list[Mutant]:
     """The universalmutator C++ mutants of the code lines of ``files``: one line each,
-    deduplicated, those that change only a trailing comment dropped."""
+    deduplicated, those that change only a trailing comment dropped.
+
+    Raises:
+        FileNotFoundError: universalmutator is not installed.
+        CatalogueError: a file of ``files`` cannot be read as UTF-8 text.
+        subprocess.CalledProcessError: universalmutator failed.
+    """
     tool = mutate_tool()
     out: list[Mutant] = []
     for rel in files:
-        text = (root / rel).read_text(encoding="utf-8")
+        try:
+            text = userfiles.read_text(root / rel, "source file")
+        except userfiles.UserFileError as exc:
+            raise CatalogueError(str(exc)) from None
+        except OSError as exc:
+            raise CatalogueError(f"{root / rel}: {exc.strerror or exc}") from None
         orig = text.split("\n")
         op = Path(rel).stem
         with tempfile.TemporaryDirectory(prefix="kdtr-um-") as tmp:
@@ -275,11 +298,16 @@ def generic_mutants(root: Path, files: Iterable[str] = GENERIC_FILES) -> list[Mu
 
 @dataclass(frozen=True)
 class Triage:
+    """A verdict on a generic survivor (see :func:`load_triage`)."""
+
     file: str
     original: str
     mutated: str
     verdict: str  # "equivalent" or "gap"
     reason: str
+
+
+_TRIAGE_FIELDS = ("file", "original", "mutated", "verdict", "reason")
 
 
 def load_triage(root: Path, cat_dir: Path | None = None) -> dict[tuple[str, str, str], Triage]:
@@ -294,15 +322,23 @@ def load_triage(root: Path, cat_dir: Path | None = None) -> dict[tuple[str, str,
         CatalogueError: malformed file or entry.
     """
     path = (cat_dir or root / CATALOGUE_DIR) / TRIAGE_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise CatalogueError(f"{path}: unreadable triage file: {exc}") from exc
+    doc = _load_toml(path, "triage file")
+    stray = sorted(set(doc) - {"survivor"})
+    if stray:
+        raise CatalogueError(f"{path}: unknown top-level key {stray[0]!r} (expected [[survivor]] tables)")
+    entries = doc.get("survivor", [])
+    if not isinstance(entries, list):
+        raise CatalogueError(f"{path}: 'survivor' is a {type(entries).__name__}, not [[survivor]] tables")
     out = {}
-    for i, e in enumerate(doc.get("survivor", [])):
-        for key in ("file", "original", "mutated", "verdict", "reason"):
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise CatalogueError(f"{path}: survivor #{i + 1}: a {type(e).__name__}, not a table")
+        unknown = sorted(set(e) - set(_TRIAGE_FIELDS))
+        if unknown:
+            raise CatalogueError(f"{path}: survivor #{i + 1}: unknown field {unknown[0]!r}")
+        for key in _TRIAGE_FIELDS:
             if not isinstance(e.get(key), str) or not e[key].strip():
                 raise CatalogueError(f"{path}: survivor #{i + 1}: field {key!r} missing or empty")
         if e["verdict"] not in ("equivalent", "gap"):
