@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import format as kformat
+from . import fsutil
 from .compare import ulp_distance
 from .errors import KdtrError
 from .registry import Registry
@@ -66,7 +67,7 @@ def write_one(golden_dir: Path, registry: Registry, op: str, config: str) -> tup
     return its manifest entry."""
     tensors, metadata = registry.generate(op, config)
     dest = golden_dir / op / f"{config}.kdtr"
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    fsutil.make_dirs(golden_dir, op)  # golden_dir/op, never through a link (kdtr/fsutil.py)
     kformat.save(dest, tensors, metadata)
     entry = {
         "op": op,
@@ -95,7 +96,9 @@ def regenerate(
     replace ``golden_dir`` (two renames with SIGINT/SIGTERM/SIGHUP held off in between). An
     interrupted or failed regen leaves the old set and its manifest untouched; a regen
     killed between the two renames is repaired by the next one. Concurrent regens of one
-    directory wait for each other (``flock`` on the parent directory).
+    directory wait for each other (``flock`` on the parent directory). A ``golden_dir``
+    that is a symbolic link is resolved first: the set it points to is replaced, the link
+    stays as it was.
 
     Second-tier configurations are written into ``cache_dir`` (default the new set's
     ``.cache``, git-ignored) so that their hash can be recorded.
@@ -109,7 +112,9 @@ def regenerate(
         ValueError: the committed goldens exceed :data:`COMMITTED_BUDGET`.
         OSError: the parent directory is not writable.
     """
-    golden_dir = Path(os.path.abspath(golden_dir))
+    # The directory itself is swapped, never a link to it: a symlinked golden/ keeps its
+    # link, pointing at the new set (the swap happens where the link leads).
+    golden_dir = Path(os.path.realpath(golden_dir))
     parent = golden_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
     lock_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

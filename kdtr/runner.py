@@ -38,6 +38,7 @@ from typing import Any
 
 from . import children, userfiles
 from . import format as kformat
+from . import fsutil
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
 from .errors import KdtrError
@@ -583,8 +584,12 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
         res.reason = f"binary {binary} not found (run `make`)"
     else:
         out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.unlink(missing_ok=True)
+        try:  # no link below out_dir is followed; a previous output (never a link's target) goes
+            fsutil.make_dirs(cfg.out_dir, case.op)
+            fsutil.remove_stale_output(out_path)
+        except OSError as exc:
+            res.reason = str(exc) if isinstance(exc, fsutil.UnsafePath) else f"{out_path}: {exc.strerror or exc}"
+            return None
         res.output_file = str(out_path)
         return _Prepared(case, res, vouch, binary, out_path, t0)
     return None
@@ -1010,10 +1015,14 @@ class ReportDirLock:
     ``<report_dir>/.kdtr-run.lock``, released when the process ends, however it ends).
 
     Two runs sharing a report directory would overwrite each other's obtained outputs and
-    judge each other's files; the second one is refused at once instead.
+    judge each other's files; the second one is refused at once instead. The lock file is
+    opened without following a link (:func:`kdtr.fsutil.open_lock`) and gets this run's
+    pid only once it is known to be a regular file of kdtr's: a link, a FIFO, a directory,
+    a file with other hard links or more than a pid's bytes is refused, untouched.
 
     Raises (on enter):
-        UsageError: the directory cannot be created or written, or another run holds it.
+        UsageError: the directory cannot be created or written, the lock file is not one
+            kdtr made (the message names it), or another run holds it.
     """
 
     def __init__(self, report_dir: Path) -> None:
@@ -1024,12 +1033,11 @@ class ReportDirLock:
         path = self.report_dir / REPORT_LOCK
         try:
             self.report_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+            fd = fsutil.open_lock(path)
+        except fsutil.UnsafePath as exc:
+            raise UsageError(str(exc)) from None
         except OSError as exc:
             raise UsageError(f"report directory {self.report_dir}: not writable ({exc.strerror or exc})") from exc
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise UsageError(f"{path}: not a regular file (remove it)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -1042,8 +1050,7 @@ class ReportDirLock:
                 "wait for it or give this run its own --report-dir"
             ) from exc
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            fsutil.write_pid(fd)
         except OSError as exc:
             os.close(fd)
             raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from exc

@@ -400,6 +400,14 @@ def _tree_digest(root: Path, cxxflags: str | None) -> str:
     return h.hexdigest()[:16]
 
 
+_STAGING_MARK = ".kdtr-staging"
+
+
+def _is_marked(d: Path, marker: str) -> bool:
+    """``d`` is a real directory (not a link) holding the regular file ``marker``."""
+    return d.is_dir() and not d.is_symlink() and (d / marker).is_file() and not (d / marker).is_symlink()
+
+
 class Workspace:
     """A scratch copy of Makefile + cuda_tests/ with the unmutated CPU binaries built,
     and, per binary, the cuda_tests files it depends on (from make's .d files).
@@ -407,7 +415,18 @@ class Workspace:
     The unmutated build is kept in ``cache_dir/base-<digest>`` (default
     ``<root>/build/mutate``), keyed by the bytes of Makefile and cuda_tests/ and the
     flags, so a second run on unchanged sources skips it.  Mutant copies go to
-    ``scratch``."""
+    ``scratch``.
+
+    The cache is kdtr's own: its lock ``cache_dir/.lock`` is opened without following a
+    link (:func:`kdtr.fsutil.open_lock`; a link or a file kdtr did not make there is
+    refused, untouched, and nothing is written into it); a build is made in a staging
+    directory ``cache_dir/.base-tmp-*`` and renamed into place whole; and only directories
+    carrying kdtr's markers (``.complete``, ``.kdtr-staging``) are ever removed.
+
+    Raises:
+        kdtr.fsutil.UnsafePath: (an OSError) the lock file is a link or not kdtr's.
+        RuntimeError: the unmutated build failed.
+    """
 
     def __init__(self, root: Path, scratch: Path, cxxflags: str | None = None, cache_dir: Path | None = None) -> None:
         self.root = root
@@ -416,10 +435,13 @@ class Workspace:
         cache_dir = cache_dir or root / "build" / "mutate"
         self.base = cache_dir / f"base-{_tree_digest(root, cxxflags)}"
         cache_dir.mkdir(parents=True, exist_ok=True)
-        with open(cache_dir / ".lock", "w") as lock:
+        lock = fsutil.open_lock(cache_dir / ".lock")
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs build the cache once
-            if not (self.base / ".complete").exists():
+            if not _is_marked(self.base, ".complete"):
                 self._build_base(cache_dir)
+        finally:
+            os.close(lock)
         self.digests = {op: _digest(self.base / "build" / "bin" / f"kdtr_{op}") for op in OPS}
         self.deps: dict[str, set[str]] = {}
         for op in OPS:
@@ -430,17 +452,23 @@ class Workspace:
         self._lock = threading.Lock()
 
     def _build_base(self, cache_dir: Path) -> None:
-        for old in cache_dir.glob("base-*"):  # one cached build at a time
-            shutil.rmtree(old, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix="base-tmp-", dir=self.scratch))
-        shutil.copy2(self.root / "Makefile", tmp / "Makefile")
-        shutil.copytree(self.root / "cuda_tests", tmp / "cuda_tests")
-        r = _make(tmp, [f"build/bin/kdtr_{op}" for op in OPS], self.cxxflags)
-        if r.returncode != 0:
-            raise RuntimeError(f"the unmutated CPU build failed:\n{r.stderr[-3000:]}")
-        (tmp / ".complete").touch()
-        shutil.copytree(tmp, self.base, symlinks=True)  # copy2 keeps the mtimes
-        shutil.rmtree(tmp, ignore_errors=True)
+        # Called under the cache lock: one cached build at a time; stale staging of a killed
+        # run goes too. Only kdtr's own directories (marked) are removed.
+        for old in [*cache_dir.glob("base-*"), *cache_dir.glob(".base-tmp-*")]:
+            fsutil.remove_marked_dir(old, ".complete") or fsutil.remove_marked_dir(old, _STAGING_MARK)
+        tmp = Path(tempfile.mkdtemp(prefix=".base-tmp-", dir=cache_dir))  # fresh, ours (mkdir is O_EXCL)
+        (tmp / _STAGING_MARK).touch()
+        try:
+            shutil.copy2(self.root / "Makefile", tmp / "Makefile")
+            shutil.copytree(self.root / "cuda_tests", tmp / "cuda_tests")  # links copied as files
+            r = _make(tmp, [f"build/bin/kdtr_{op}" for op in OPS], self.cxxflags)
+            if r.returncode != 0:
+                raise RuntimeError(f"the unmutated CPU build failed:\n{r.stderr[-3000:]}")
+            (tmp / ".complete").touch()
+            os.rename(tmp, self.base)  # whole or absent: never a half-copied cache
+        except BaseException:
+            fsutil.remove_marked_dir(tmp, _STAGING_MARK)
+            raise
 
     def ops_of(self, rel: str) -> list[str]:
         """The ops whose binary is built from ``rel``."""
@@ -485,7 +513,7 @@ def run_mutant(m: Mutant, ws: Workspace, plan: Plan, ops: list[str] | None = Non
     d = ws.mutant_dir()
     try:
         src = d / m.file
-        src.write_text(m.apply(src.read_text(encoding="utf-8")), encoding="utf-8")
+        fsutil.atomic_write(src, m.apply(src.read_text(encoding="utf-8")).encode("utf-8"))  # never through a link
         st = src.stat()
         os.utime(src, ns=(st.st_atime_ns, max(st.st_mtime_ns, time.time_ns()) + 2_000_000_000))
         ops = [op for op in (ops or ws.ops_of(m.file)) if plan.cases.get(op)]
