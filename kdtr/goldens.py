@@ -48,6 +48,20 @@ def default_golden_dir() -> Path:
     return repo_root() / "golden"
 
 
+def missing_golden_dir(gdir: Path) -> str:
+    """The one-line refusal for a golden directory ``gdir`` that does not exist. For the
+    default directory it also says where kdtr looked and what to do: an installed kdtr
+    (``pip install``, no checkout above the package) finds goldens only through
+    ``$KDTR_ROOT`` or ``--golden-dir``."""
+    msg = f"golden directory {gdir} does not exist"
+    if Path(gdir) == default_golden_dir():
+        where = "$KDTR_ROOT" if os.environ.get("KDTR_ROOT") else "the directory above the kdtr package"
+        msg += (f" (the default: golden/ of the kdtr checkout, taken to be {where}, {repo_root()}); "
+                "set KDTR_ROOT to a kdtr checkout, or give the golden directory "
+                "(kdtr --golden-dir DIR, pytest --kdtr-golden-dir DIR, kdtr.testing golden_dir=DIR)")
+    return msg
+
+
 def sha256_of(path: Path) -> str:
     """The sha256 (hex) of the regular file ``path``.
 

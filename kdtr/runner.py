@@ -163,7 +163,9 @@ def discover(golden_dir: Path, second_tier: bool = False, registry: Any = None) 
     if second_tier and registry is None:
         raise ValueError("discover: second-tier goldens need the configuration registry")
     if not golden_dir.is_dir():
-        raise UsageError(f"golden directory {golden_dir} does not exist")
+        from .goldens import missing_golden_dir
+
+        raise UsageError(missing_golden_dir(golden_dir))
     found = sorted((p.parent.name, p.stem, p) for p in golden_dir.glob("*/*.kdtr"))
     if not found:
         raise UsageError(f"no goldens under {golden_dir} (run `kdtr regen`)")

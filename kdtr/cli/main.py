@@ -279,7 +279,7 @@ def regen(check, golden_dir) -> None:
     gdir = _root_path(golden_dir, goldens.default_golden_dir())
     if check:
         if not gdir.is_dir():
-            fail_usage(f"golden directory {gdir} does not exist")
+            fail_usage(goldens.missing_golden_dir(gdir))
         children.install_signal_handlers()  # SIGTERM/SIGHUP: the scratch regeneration removed on the way out
         try:
             rep = goldens.check(gdir, kdtr.generators.REGISTRY)
@@ -293,6 +293,8 @@ def regen(check, golden_dir) -> None:
             sys.exit(0)
         console.print(f"[red]{len(rep.drifts)} drift(s)[/] over {rep.checked} goldens")
         sys.exit(1)
+    if golden_dir is None and not gdir.is_dir():  # an installed kdtr: never write goldens beside site-packages
+        fail_usage(goldens.missing_golden_dir(gdir))
     try:
         with Progress(TextColumn("[bold]kdtr regen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.description}"), console=console, transient=True) as progress:
@@ -522,7 +524,7 @@ def list_(golden_dir) -> None:
     """List every op and configuration with its tier, golden file and description."""
     gdir = _root_path(golden_dir, goldens.default_golden_dir())
     if not gdir.is_dir():
-        fail_usage(f"golden directory {gdir} does not exist")
+        fail_usage(goldens.missing_golden_dir(gdir))
     bin_dir = goldens.repo_root() / "build" / "bin"
     table = Table(title="kdtr configurations")
     for col in ("op", "config", "tier", "golden", "size", "binary"):
