@@ -288,11 +288,32 @@ VPY    := $(VENV)/bin/python
 KDTR   := $(VENV)/bin/kdtr
 RUN_ARGS ?=
 
+# kdtr needs Python >= 3.10 (pyproject.toml's requires-python). PYTHON is checked while the
+# Makefile is read, before anything is built, whenever a goal needs the venv and the venv
+# is to be (re)made: an older Python used to fail only after the whole build (`make test`
+# builds first), in pip, with a message about a dependency.
+VENV_GOALS := venv run test regen check-goldens mutate
+ifneq ($(filter $(VENV_GOALS),$(MAKECMDGOALS)),)
+ifneq ($(shell [ -f $(VENV)/.installed ] && [ ! pyproject.toml -nt $(VENV)/.installed ] && echo fresh),fresh)
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; v = sys.version_info; print("%d.%d" % v[:2], int(v >= (3, 10)))' 2>/dev/null)
+ifeq ($(PYTHON_VERSION),)
+$(error kdtr needs Python >= 3.10; PYTHON=$(PYTHON) does not run; set PYTHON=python3.11)
+endif
+ifneq ($(word 2,$(PYTHON_VERSION)),1)
+$(error kdtr needs Python >= 3.10; PYTHON=$(PYTHON) is $(word 1,$(PYTHON_VERSION)); set PYTHON=python3.11)
+endif
+endif
+endif
+
+# A venv whose interpreter is older than 3.10 (left by an earlier failed attempt) is
+# removed first: `python3.11 -m venv` over it keeps its old bin/python. A venv whose
+# creation or install fails is removed, so that the next `make venv` starts afresh.
 .PHONY: venv run test regen check-goldens mutate
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@$(VPY) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV) && $(VPY) -m pip install --quiet --disable-pip-version-check -e '.[test]' || \
+	  { rm -rf $(VENV); echo "venv: the install failed; $(VENV) removed (the next make venv starts afresh)" >&2; exit 1; }
 	@touch $@
 
 run: build venv
