@@ -156,15 +156,19 @@ def run_captured(cmd: list[str], *, cwd: str | os.PathLike | None = None, timeou
                  text: bool = True, stdout: Any = subprocess.PIPE,
                  stderr: Any = subprocess.PIPE) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True)`` through :func:`spawn`: the child's whole
-    process group is killed on any exception (an interruption, the time-out).
+    process group is killed on any exception (an interruption, the time-out). What it
+    prints is kept bounded whatever its size (:func:`kdtr.streams.communicate`: the head and
+    tail of each stream).
 
     Raises:
         OSError: the program cannot be started.
         subprocess.TimeoutExpired: ``timeout`` seconds passed (the group is killed).
     """
-    proc = spawn(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=text)
+    from . import streams
+
+    proc = spawn(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = streams.communicate(proc, timeout, text)
     finally:
         release(proc)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

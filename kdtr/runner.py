@@ -39,6 +39,7 @@ from typing import Any
 from . import children, userfiles
 from . import format as kformat
 from . import fsutil
+from . import streams
 from .compare import TensorResult, compare
 from .contract import Contract, stray_contract_keys
 from .errors import KdtrError
@@ -352,6 +353,9 @@ def stale_waivers(known_failures: dict[str, str], goldens: list[tuple[str, str, 
     return stale
 
 
+_MAX_MESSAGE = 2000  # characters of a batch line's message kept
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -447,7 +451,8 @@ from .children import kill_group as _kill_group  # noqa: E402
 @dataclass
 class _Streamed:
     """What a binary process left: its exit code (None when killed for a timeout), its
-    stdout other than batch result lines, and its stderr (each capped, the tail kept)."""
+    stdout other than batch result lines, and its stderr (each :class:`kdtr.streams.Capped`:
+    head and tail kept, whatever the binary printed)."""
 
     returncode: int | None
     stdout: str
@@ -466,10 +471,26 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
     the clock: ``timeout`` bounds the time to the first such line and between two of them
     (for a binary that prints none, the whole run). On timeout the whole group is killed
     (a wrapper script or a sanitizer leaves no orphans) and ``returncode`` is None.
+
+    Memory and time are bounded whatever the binary prints (:mod:`kdtr.streams`): of each
+    stream the head and tail are kept, and a stdout line longer than
+    :data:`kdtr.streams.MAX_LINE` is never a batch line (it is never buffered whole).
     """
     # own process group, registered, killed at once if the run is being interrupted
     proc = children.spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out_keep, err_keep, pending = bytearray(), bytearray(), bytearray()
+    out_keep, err_keep = streams.Capped(), streams.Capped()
+    tag = BATCH_TAG.encode() + b" "
+    deadline = time.monotonic() + timeout
+
+    def on_line(line: bytes) -> None:
+        nonlocal deadline
+        if on_batch_line is not None and line.startswith(tag):
+            on_batch_line(line.decode(errors="replace").rstrip("\n"))
+            deadline = time.monotonic() + timeout
+        else:
+            out_keep.add(line)
+
+    lines = streams.Lines(on_line, out_keep.add)
     sel = selectors.DefaultSelector()
     timed_out = False
     try:
@@ -488,20 +509,10 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
                     sel.unregister(key.fileobj)
                     continue
                 if key.fileobj is proc.stderr:
-                    err_keep += chunk
-                    del err_keep[:-_STREAM_CAP]
-                    continue
-                pending += chunk
-                while (nl := pending.find(b"\n")) >= 0:
-                    line = bytes(pending[: nl + 1])
-                    del pending[: nl + 1]
-                    if on_batch_line is not None and line.startswith(BATCH_TAG.encode() + b" "):
-                        on_batch_line(line.decode(errors="replace").rstrip("\n"))
-                        deadline = time.monotonic() + timeout
-                    else:
-                        out_keep += line
-                        del out_keep[:-_STREAM_CAP]
-        out_keep += pending
+                    err_keep.add(chunk)
+                else:
+                    lines.feed(chunk)
+        lines.close()
         if timed_out:
             proc.wait()
         else:
@@ -520,8 +531,7 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
             proc.wait()
         with _ACTIVE_LOCK:
             _ACTIVE.discard(proc)
-    return _Streamed(None if timed_out else proc.returncode,
-                     out_keep.decode(errors="replace"), err_keep.decode(errors="replace"))
+    return _Streamed(None if timed_out else proc.returncode, out_keep.text(), err_keep.text())
 
 
 @dataclass
@@ -745,7 +755,7 @@ def _run_batch(prepared: list[_Prepared], cfg: RunConfig) -> tuple[list[CaseResu
         m = _BATCH_LINE.fullmatch(line)
         if m is None:
             return
-        k, rc, secs, msg = int(m[1]), int(m[2]), float(m[3]), m[4]
+        k, rc, secs, msg = int(m[1]), int(m[2]), float(m[3]), m[4][:_MAX_MESSAGE]
         if k >= len(prepared) or k in judged:
             return
         p = prepared[k]

@@ -15,7 +15,6 @@ without expected outputs, for profiling.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import kdtr  # noqa: E402
+from kdtr import streams  # noqa: E402
 
 
 def main() -> int:
@@ -52,8 +52,8 @@ def main() -> int:
             gold = kdtr.load(g, mmap=False)  # a private copy, read before any binary runs
             for k in args.kernel or ["heap", "select"]:
                 out = Path(tmp) / "out.kdtr"
-                r = subprocess.run([str(args.binary), "--input", str(g), "--output", str(out), "--backend", args.backend,
-                                    "--kernel", k], capture_output=True, text=True)
+                r = streams.run([str(args.binary), "--input", str(g), "--output", str(out), "--backend", args.backend,
+                                 "--kernel", k])  # output capped, whatever the binary prints
                 if r.returncode != 0:
                     print(f"FAIL {g.name} {k}: exit {r.returncode}: {r.stderr.strip()}")
                     bad += 1

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from kdtr import format as kformat  # noqa: E402
 from kdtr.errors import KdtrError  # noqa: E402
+from kdtr import streams  # noqa: E402
 from kdtr.runner import BATCH_TAG, Case, UsageError, _judge, check_manifest, discover, output_limit  # noqa: E402
 from kdtr.status import Status  # noqa: E402
 from kdtr.vouch import NotVouched, Vouch, load_private, load_vouched  # noqa: E402
@@ -80,7 +81,7 @@ class Outcome:
 def has_kernel_option(binary: Path) -> bool:
     """Whether the binary's usage line offers --kernel."""
     try:
-        r = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+        r = streams.run([str(binary), "--help"], timeout=60)
     except (OSError, subprocess.SubprocessError):
         return False
     return "--kernel" in (r.stdout + r.stderr)
@@ -143,7 +144,7 @@ def run_group(binary: Path, goldens: list[Golden], kernel: str, backend: str, de
         for i, g in enumerate(goldens):
             cmd += ["--input", str(g.path), "--output", str(outs[i])]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            r = streams.run(cmd, timeout=timeout)  # output capped, whatever the binary prints
             for m in _BATCH_LINE.finditer(r.stdout):
                 i, rc, s, msg = int(m.group(1)), int(m.group(2)), float(m.group(3)), m.group(4)
                 # exit 1 (runtime failure) ends a batch: rerun that golden alone for its own verdict
@@ -156,8 +157,7 @@ def run_group(binary: Path, goldens: list[Golden], kernel: str, backend: str, de
             continue
         t0 = time.monotonic()
         try:
-            r = subprocess.run(base + ["--input", str(g.path), "--output", str(outs[i])],
-                               capture_output=True, text=True, timeout=timeout)
+            r = streams.run(base + ["--input", str(g.path), "--output", str(outs[i])], timeout=timeout)
             rc, msg = r.returncode, _last_line(r.stderr)
         except subprocess.TimeoutExpired:
             rc, msg = -1, f"timed out after {timeout:.0f}s"
