@@ -1,30 +1,37 @@
 """pytest plugin of kdtr (entry point ``pytest11``: loaded wherever kdtr is installed).
 
-Without ``--kdtr`` it only registers its options, the marker ``kdtr`` and the fixture
-``kdtr_golden``: a normal run collects and runs exactly what it did before.
+Without ``--kdtr`` it only registers its options, the markers ``kdtr`` and ``kdtr_golden``
+and the fixture ``kdtr_golden``: a normal run collects and runs exactly what it did before.
 
 ``pytest --kdtr``
     adds one test item per golden x backend of the test binaries, ``kdtr::<op>/<config>@<backend>``,
     each running the case as ``kdtr run --no-batch`` does (:func:`kdtr.runner.run_case`):
     PASS passes; MISMATCH, CRASH, TIMEOUT and ERROR fail with the runner's mismatch lines;
     WAIVED (golden/known_failures.json) is an xfail with its reason; NOT_SUPPORTED (no CUDA
-    here) is a skip with the binary's reason. The items carry the marker ``kdtr`` (``-m kdtr``
-    runs only them) and run under pytest-xdist: each worker writes its outputs under its own
-    temporary directory. Options: ``--kdtr-bin-dir``, ``--kdtr-golden-dir`` (ini
+    here) is a skip with the binary's reason. The items carry the marker ``kdtr`` and no
+    other test does (``-m kdtr`` runs only them: the fixture tests below use the marker
+    ``kdtr_golden``) and run under pytest-xdist: each worker writes its outputs under its own
+    temporary directory. Each case is judged as ``kdtr run`` judges it: against the bytes
+    that MANIFEST.json vouched for when the session began, read into private memory (a
+    binary that writes to its golden makes its case an ERROR). The report header names the
+    binary directory and any ``kdtr_<op>`` it lacks. Options: ``--kdtr-bin-dir``, ``--kdtr-golden-dir`` (ini
     ``kdtr_bin_dir``, ``kdtr_golden_dir``, relative to the rootdir), ``--kdtr-backend``
     (repeatable; default cpu and cuda), ``--kdtr-only`` (``kdtr run --only`` patterns),
     ``--kdtr-timeout``.
 
-``@pytest.mark.kdtr(op="tree_accept")`` + fixture ``kdtr_golden``
+``@pytest.mark.kdtr_golden(op="tree_accept")`` + fixture ``kdtr_golden``
     runs the test once per committed golden of the op (ids ``op/config``); the fixture's value
     is a :class:`kdtr.testing.Golden`. ``config="wide*"`` keeps the matching configurations;
-    ``golden_dir=...`` reads another golden directory.
+    ``golden_dir=...`` reads another golden directory. (``@pytest.mark.kdtr(op=...)``, the
+    marker's name before, still works on such a test, with a deprecation warning: the test is
+    read as marked ``kdtr_golden``, so ``-m kdtr`` never selects it.)
 
 docs/bring-your-own-kernel.md has the examples.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +62,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("kdtr_golden_dir", "kdtr golden directory, relative to the rootdir", default="")
 
 
+MARK = "kdtr"  # the --kdtr cases' marker: `-m kdtr` selects them
+FIXTURE_MARK = "kdtr_golden"  # the kdtr_golden fixture's marker, named as the fixture
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
+        "markers", f"{MARK}(op, config, backend): the --kdtr cases (golden x backend of the test binaries); "
+                   f"`-m {MARK}` selects them",
+    )
+    config.addinivalue_line(
         "markers",
-        "kdtr(op, config=None, golden_dir=None): run the test once per golden of `op` with the "
-        "kdtr_golden fixture (kdtr.testing.Golden); also marks the --kdtr cases",
+        f"{FIXTURE_MARK}(op, config=None, golden_dir=None): run the test once per golden of `op` with the "
+        "kdtr_golden fixture (kdtr.testing.Golden)",
     )
 
 
@@ -88,28 +103,63 @@ def bin_dir(config: pytest.Config) -> Path:
 
 @pytest.fixture
 def kdtr_golden(request: pytest.FixtureRequest) -> testing.Golden:
-    """One golden of the op named by ``@pytest.mark.kdtr(op=...)`` (a
+    """One golden of the op named by ``@pytest.mark.kdtr_golden(op=...)`` (a
     :class:`kdtr.testing.Golden`); the test runs once per golden, ids ``op/config``."""
     if not hasattr(request, "param"):
-        pytest.fail("kdtr_golden needs @pytest.mark.kdtr(op=...) on the test", pytrace=False)
+        pytest.fail(f"kdtr_golden needs @pytest.mark.{FIXTURE_MARK}(op=...) on the test", pytrace=False)
     return request.param
+
+
+def _fixture_marker(node: Any) -> Any:
+    """The closest ``kdtr_golden`` marker, else the closest ``kdtr`` marker in the fixture's
+    form (``op=`` or a positional op: what ``@pytest.mark.kdtr(op=...)`` meant before)."""
+    marker = node.get_closest_marker(FIXTURE_MARK)
+    if marker is None:
+        legacy = node.get_closest_marker(MARK)
+        if legacy is not None and _is_fixture_form(legacy):
+            return legacy
+    return marker
+
+
+def _is_fixture_form(mark: Any) -> bool:
+    return mark.name == MARK and ("op" in mark.kwargs or bool(mark.args))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kdtr_golden" not in metafunc.fixturenames:
         return
-    marker = metafunc.definition.get_closest_marker("kdtr")
+    marker = _fixture_marker(metafunc.definition)
     if marker is None:
         return  # the fixture fails the test with a message
+    if marker.name == MARK:
+        warnings.warn(pytest.PytestDeprecationWarning(
+            f"{metafunc.definition.nodeid}: write @pytest.mark.{FIXTURE_MARK}(op=...) for the kdtr_golden fixture: "
+            f"@pytest.mark.{MARK} marks the --kdtr cases (this test is read as marked {FIXTURE_MARK}, so that "
+            f"`-m {MARK}` does not select it)"), stacklevel=1)
     op = marker.kwargs.get("op", marker.args[0] if marker.args else None)
     if not isinstance(op, str) or not op:
-        pytest.fail(f"{metafunc.definition.nodeid}: @pytest.mark.kdtr needs op='<op name>'", pytrace=False)
+        pytest.fail(f"{metafunc.definition.nodeid}: @pytest.mark.{FIXTURE_MARK} needs op='<op name>'",
+                    pytrace=False)
     gdir = marker.kwargs.get("golden_dir") or golden_dir(metafunc.config)
     try:
         gs = testing.goldens(op, gdir, config=marker.kwargs.get("config"))
     except testing.GoldenError as exc:
         pytest.fail(f"{metafunc.definition.nodeid}: {exc}", pytrace=False)  # a collection error
     metafunc.parametrize("kdtr_golden", gs, ids=[g.id for g in gs], indirect=True)
+
+
+def _rename_legacy_marks(items: list[pytest.Item]) -> None:
+    """On tests that use the kdtr_golden fixture, ``@pytest.mark.kdtr(op=...)`` becomes
+    ``kdtr_golden`` (the marker ``kdtr`` is the --kdtr cases'): ``-m kdtr`` selects the
+    cases of the binaries only, whichever form a test was written in."""
+    for item in items:
+        if isinstance(item, KdtrCaseItem) or "kdtr_golden" not in getattr(item, "fixturenames", ()):
+            continue
+        for node in item.listchain():
+            marks = node.own_markers
+            for i, m in enumerate(marks):
+                if _is_fixture_form(m):
+                    marks[i] = getattr(pytest.mark, FIXTURE_MARK)(*m.args, **m.kwargs).mark
 
 
 # ---------------------------------------------------------------- pytest --kdtr
@@ -130,7 +180,7 @@ class KdtrCases(pytest.File):
         state = self.config.stash[_KEY]
         for case in state["cases"]:
             item = KdtrCaseItem.from_parent(self, name=case.id, case=case)
-            item.add_marker(pytest.mark.kdtr(op=case.op, config=case.config, backend=case.backend))
+            item.add_marker(getattr(pytest.mark, MARK)(op=case.op, config=case.config, backend=case.backend))
             yield item
 
 
@@ -209,8 +259,28 @@ def _plan(config: pytest.Config) -> dict[str, Any]:
             "known_failures": known, "golden_problems": problems, "vouched": vouched, "rerun_args": rerun}
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """With ``--kdtr``: the binary and golden directories tested."""
+    if not config.getoption("--kdtr"):
+        return []
+    return [f"kdtr: binaries from {bin_dir(config)}, goldens from {golden_dir(config)}"]
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    """With ``--kdtr``: one line for the ``kdtr_<op>`` binaries the selected cases need and
+    the binary directory lacks (each of their cases fails naming it)."""
+    state = config.stash.get(_KEY, None)
+    if not state:
+        return []
+    from .runner import missing_binaries, missing_binaries_line
+
+    missing = missing_binaries(state["cases"], state["bin_dir"])
+    return [f"kdtr: {missing_binaries_line(missing, state['bin_dir'], '--kdtr-only')}"] if missing else []
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    _rename_legacy_marks(items)
     if not config.getoption("--kdtr"):
         return
     config.stash[_KEY] = state = _plan(config)
@@ -219,4 +289,3 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     # the terminal counts collected items from collect reports (``--co``'s "N tests collected")
     session.ihook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, cases))
     items.extend(cases)
-

@@ -98,7 +98,7 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
     suites = ET.Element("testsuites", name="kdtr")
     if env:
         props = ET.SubElement(suites, "properties")
-        for key in ("run_id", "commit", "selection", "date"):
+        for key in ("run_id", "commit", "selection", "bin_dir", "date"):
             if key in env:
                 ET.SubElement(props, "property", name=key, value=printable(env[key]))
     by_op: dict[str, list[CaseResult]] = {}
@@ -196,6 +196,8 @@ def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | 
         out.append(_md_cell(f"Commit: {env['commit']}."))
     if env.get("selection"):
         out.append(_md_cell(f"Selection: {env['selection']}."))
+    if env.get("bin_dir"):
+        out.append(_md_cell(f"Binaries tested: {env['bin_dir']}."))
     if env.get("run_id"):
         out.append(_md_cell(f"Run: {env['run_id']}."))
     devices = sorted({r.device for r in results if r.device is not None})

@@ -553,6 +553,53 @@ def _new_result(case: Case, cfg: RunConfig) -> CaseResult:
     return res
 
 
+def default_bin_dir() -> Path:
+    """The checkout's ``build/bin`` (what ``make`` builds)."""
+    from .goldens import repo_root
+
+    return repo_root() / "build" / "bin"
+
+
+def binary_of(cfg: RunConfig, op: str) -> Path:
+    return cfg.bin_dir / f"kdtr_{op}"
+
+
+def _is_default_bin_dir(bin_dir: Path) -> bool:
+    try:
+        return bin_dir.resolve() == default_bin_dir().resolve()
+    except OSError:
+        return False
+
+
+def missing_binary(bin_dir: Path, op: str) -> str:
+    """Why the cases of ``op`` cannot run when ``bin_dir`` lacks ``kdtr_<op>``, with the
+    advice that fits: ``make`` for the checkout's build/bin; for a directory of one's own
+    binaries, the directory and the name it lacks."""
+    if _is_default_bin_dir(bin_dir):
+        return f"binary {bin_dir / f'kdtr_{op}'} not found (run `make`)"
+    return f"binary kdtr_{op} not found in {bin_dir} (the binary directory given)"
+
+
+def missing_binaries(cases: Iterable[Case], bin_dir: Path) -> dict[str, int]:
+    """The ops of ``cases`` whose ``kdtr_<op>`` is not in ``bin_dir``, with their case count."""
+    ops: dict[str, int] = {}
+    for c in cases:
+        ops[c.op] = ops.get(c.op, 0) + 1
+    return {op: n for op, n in sorted(ops.items()) if not (bin_dir / f"kdtr_{op}").exists()}
+
+
+def missing_binaries_line(missing: dict[str, int], bin_dir: Path, only_option: str = "--only") -> str:
+    """One line for every missing binary of :func:`missing_binaries` (not one per case):
+    the directory, the names it lacks, the cases that are ERROR, and what to do."""
+    names = ", ".join(f"kdtr_{op}" for op in missing)
+    n = sum(missing.values())
+    cases = f"{n} case{'s' if n != 1 else ''}"
+    if _is_default_bin_dir(bin_dir):
+        return f"{bin_dir} has no {names}: {cases} ERROR (run `make`)"
+    return (f"{bin_dir} has no {names}: {cases} ERROR (the binary directory given: put "
+            f"{'them' if len(missing) > 1 else 'it'} there, or select the ops it has with {only_option})")
+
+
 def vouched_golden(case: Case, cfg: RunConfig) -> tuple[kformat.KdtrFile, Vouch]:
     """The golden of ``case`` read into private memory and held to what vouched for it:
     :attr:`RunConfig.vouched`, else the run's first read of it (which then vouches for
@@ -587,13 +634,13 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
     op = golden.metadata.get("op")
     config = golden.metadata.get("config")
     golden.close()  # read again when the output is judged: a unit's goldens are never all held at once
-    binary = cfg.bin_dir / f"kdtr_{case.op}"
+    binary = binary_of(cfg, case.op)
     if op != case.op:
         res.reason = f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
     elif config != case.config:
         res.reason = f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
     elif not binary.exists():
-        res.reason = f"binary {binary} not found (run `make`)"
+        res.reason = missing_binary(cfg.bin_dir, case.op)
     else:
         out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
         try:  # no link below out_dir is followed; a previous output (never a link's target) goes

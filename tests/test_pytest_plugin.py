@@ -178,11 +178,11 @@ def wrong_kernel(**inputs):
     out["accepted_count"] = out["accepted_count"] + 1
     return out
 
-@pytest.mark.kdtr(op="tree_accept")
+@pytest.mark.kdtr_golden(op="tree_accept")
 def test_mine(kdtr_golden):
     assert_conforms(kdtr_golden, my_kernel(**kdtr_golden.inputs))
 
-@pytest.mark.kdtr(op="tree_accept", config="chain")
+@pytest.mark.kdtr_golden(op="tree_accept", config="chain")
 def test_wrong(kdtr_golden):
     assert_conforms(kdtr_golden, wrong_kernel(**kdtr_golden.inputs))
 """
@@ -208,19 +208,19 @@ def test_kdtr_golden_fixture_needs_the_marker_and_a_known_op(pytester: pytest.Py
     pytester.makepyfile(test_a="def test_no_marker(kdtr_golden):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert _outcomes(result) == {"errors": 1}
-    result.stdout.fnmatch_lines(["*kdtr_golden needs @pytest.mark.kdtr(op=...)*"])
-    pytester.makepyfile(test_a="import pytest\n@pytest.mark.kdtr(op='nope')\ndef test_x(kdtr_golden):\n    pass\n")
+    result.stdout.fnmatch_lines(["*kdtr_golden needs @pytest.mark.kdtr_golden(op=...)*"])
+    pytester.makepyfile(test_a="import pytest\n@pytest.mark.kdtr_golden(op='nope')\ndef test_x(kdtr_golden):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error
     result.stdout.fnmatch_lines(["*ERROR collecting test_a.py*", "test_a.py::test_x: no golden of op 'nope' under *"])
-    pytester.makepyfile(test_a="import pytest\n@pytest.mark.kdtr\ndef test_x(kdtr_golden):\n    pass\n")
+    pytester.makepyfile(test_a="import pytest\n@pytest.mark.kdtr_golden\ndef test_x(kdtr_golden):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["test_a.py::test_x: @pytest.mark.kdtr needs op='<op name>'"])
+    result.stdout.fnmatch_lines(["test_a.py::test_x: @pytest.mark.kdtr_golden needs op='<op name>'"])
 
 
 def test_kdtr_golden_fixture_golden_dir_option(pytester: pytest.Pytester, tmp_path: Path) -> None:
     gdir = _golden_copy(tmp_path, ["default", "mid"])
-    pytester.makepyfile(test_b="import pytest\n@pytest.mark.kdtr(op='tree_accept')\n"
+    pytester.makepyfile(test_b="import pytest\n@pytest.mark.kdtr_golden(op='tree_accept')\n"
                                "def test_x(kdtr_golden):\n    assert kdtr_golden.path.parent.parent.name == 'golden'\n")
     result = pytester.runpytest(f"--kdtr-golden-dir={gdir}", "-v", "-p", "no:cacheprovider")
     assert _outcomes(result) == {"passed": 2}

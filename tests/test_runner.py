@@ -234,7 +234,8 @@ def test_missing_binary_is_error_not_traceback(env):
     (bdir / "kdtr_tree_accept").unlink()
     r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/default")
     assert r.exit_code == 1
-    assert "not found (run `make`)" in report_cases(tmp_path)["tree_accept/default@cpu"]["reason"]
+    reason = report_cases(tmp_path)["tree_accept/default@cpu"]["reason"]
+    assert reason == f"binary kdtr_tree_accept not found in {bdir} (the binary directory given)"
 
 
 def test_missing_golden_dir_is_usage_error(tmp_path):

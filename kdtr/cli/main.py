@@ -182,6 +182,8 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
     for key in runner.stale_waivers(cfg.known_failures, found):
         click.echo(f"kdtr: warning: {runner.KNOWN_FAILURES}: {printable(repr(key))} names no golden or backend",
                    err=True)
+    # the binaries the bin dir lacks: one line for all after the details, not one per case
+    missing = runner.missing_binaries([c for c in cases if c.golden not in problems], cfg.bin_dir)
     runner.install_signal_handlers()
     try:
         with Progress(
@@ -191,7 +193,7 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
             task = progress.add_task("", total=len(cases))
 
             def done(r: runner.CaseResult) -> None:
-                if r.status in runner.FAILING:
+                if r.status in runner.FAILING and not _lacks_binary(r, missing, cfg.bin_dir):
                     progress.console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {escape(printable(r.case.id))}")
                 progress.update(task, advance=1, description=escape(printable(r.case.id)))
 
@@ -209,13 +211,16 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
     for backend, reason in skipped:
         console.print(f"{backend}: NOT_SUPPORTED: {printable(reason)}", style="dim", markup=False)
     for r in report.shown(results, rset):  # obtained outputs named as published: reports/obtained/...
-        if r.status in runner.FAILING or r.status == Status.WAIVED:
+        if (r.status in runner.FAILING or r.status == Status.WAIVED) and not _lacks_binary(r, missing, cfg.bin_dir):
             console.print("\n".join(report.mismatch_lines(r)), markup=False)
+    if missing:
+        click.echo(f"kdtr: error: {printable(runner.missing_binaries_line(missing, cfg.bin_dir))}", err=True)
     env = report.environment()
     env["gpu"] = gpu_description()
     env["commit"] = report.git_commit(root)
     env["run_id"] = f"{env['date']} pid {os.getpid()}"
     env["selection"] = " ".join(shlex.quote(a) for a in _selection_args(only, backends, shard, tier, required))
+    env["bin_dir"] = str(cfg.bin_dir.resolve())
     try:
         paths = report.write_all(rdir, results, env, rset)
     except fsutil.UnsafePath as exc:
@@ -246,6 +251,12 @@ def _discard(rset: fsutil.ReportSet) -> None:
         rset.discard()
     except OSError:
         pass
+
+
+def _lacks_binary(r: runner.CaseResult, missing: dict[str, int], bin_dir: Path) -> bool:
+    """An ERROR because the bin dir has no binary for its op (said in one line for all)."""
+    return (r.case.op in missing and r.status == Status.ERROR
+            and r.reason == runner.missing_binary(bin_dir, r.case.op))
 
 
 def _selection_args(only, backends, shard, tier, required) -> list[str]:
