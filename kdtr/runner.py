@@ -461,9 +461,6 @@ class _Streamed:
 
 
 
-_STREAM_CAP = 1 << 22  # bytes of stdout / stderr kept per process (the tail)
-
-
 def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str], None] | None = None) -> _Streamed:
     """Run a test binary in its own process group, reading stdout and stderr as they come.
 
@@ -496,7 +493,6 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
     try:
         sel.register(proc.stdout, selectors.EVENT_READ)
         sel.register(proc.stderr, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
         while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
