@@ -1,4 +1,4 @@
-"""Run goldens through the test binaries and judge the outputs (shared/DESIGN.md 5, 6).
+"""Run goldens through the test binaries and judge the outputs (docs/harness.md, docs/binaries.md).
 
 A *case* is one golden on one backend. :func:`run_case` never raises for a case's own
 failure: every outcome becomes a status.

@@ -1,6 +1,6 @@
 """Resource limits and non-regular inputs of the C++ binaries and the Python reference ops.
 
-Issue 8, item 4: outputs or scratch implied by a golden's metadata or dims (``max_budget``
+Outputs or scratch implied by a golden's metadata or dims (``max_budget``
 above all) must be refused at once, before anything is allocated: a binary exits 2 with
 one stderr line naming the file and the field, the Python reference raises ValueError
 naming the argument (limits: docs/binaries.md "Resource limits", kdtr/limits.py,

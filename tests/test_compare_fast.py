@@ -1,4 +1,4 @@
-"""kdtr.compare's fast paths (issue 12 item 4) against the element-wise comparison.
+"""kdtr.compare's fast paths (identical outputs cost about a byte comparison) against the element-wise comparison.
 
 * Identical bytes: ``compare`` returns at the cost of a byte comparison, and its record
   (verdict, every figure, ``to_json()``) equals the one of the element-wise comparison
@@ -41,7 +41,7 @@ def record(r: TensorResult) -> str:
     return json.dumps(r.to_json(), sort_keys=True, allow_nan=False) + "\n" + r.summary()
 
 
-# ---- the comparison before issue 12 item 4, frozen as an oracle ---------------------------------
+# ---- the comparison before its fast paths, frozen as an oracle ---------------------------------
 # (kdtr/compare.py at f371b26: ulp_distance, _allclose_bad, _fill_stats and compare's body,
 # unchanged but for names; the helpers it calls, _decide_near_bound, _fmt and _unravel, are
 # unchanged in kdtr.compare.)

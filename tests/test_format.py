@@ -660,7 +660,7 @@ def _load_in_subprocess(repo_root: Path, path: Path, extra: str = "", timeout: f
 
 @pytest.mark.parametrize("extra", ["", ", mmap=False", ", verify=False"])
 def test_fifo_without_writer_is_refused_not_waited_on(tmp_path, repo_root, extra):
-    """Item 7 of issue 8: open() of a FIFO blocks until a writer appears, so load hung."""
+    """open() of a FIFO blocks until a writer appears, so load hung."""
     fifo = tmp_path / "golden.kdtr"
     os.mkfifo(fifo)
     r = _load_in_subprocess(repo_root, fifo, extra)
@@ -733,7 +733,7 @@ def test_malformed_file_without_mmap(tmp_path, case_id, data, expected):
 
 
 def test_mmap_false_survives_truncation_after_load(tmp_path):
-    """Item 9 of issue 8: with mmap=False the arrays do not depend on the file any more."""
+    """With mmap=False the arrays do not depend on the file any more."""
     tensors = {"big": np.arange(1 << 18, dtype=np.int64), "small": np.arange(5, dtype=np.int32)}
     path = tmp_path / "t.kdtr"
     kdtr.save(path, tensors)

@@ -1,4 +1,4 @@
-"""The fast paths of the KDTR format (issue 12, items 3 and 5).
+"""The fast paths of the KDTR format (checksums, the header in one pass).
 
 CRC-32: kdtr/format.py computes zlib's CRC-32 with python-isal (``isal_zlib.crc32``) and
 falls back to ``zlib.crc32`` where isal cannot be imported; cuda_tests/include/kdtr.hpp

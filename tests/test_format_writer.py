@@ -258,7 +258,7 @@ def test_long_double_metadata_must_be_exact(tmp_path):
     ("header", {}, {f"k{i}": "x" * F.MAX_STRING_LEN for i in range(17)}, "header"),
 ])
 def test_every_write_error_names_the_destination_and_field(tmp_path, label, tensors, metadata, field):
-    """Item 9 of issue 8: errors used to start with ``<write>:``."""
+    """Errors used to start with ``<write>:``."""
     _assert_refused(tmp_path, tensors, metadata, field=field)
 
 

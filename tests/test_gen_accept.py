@@ -195,7 +195,7 @@ def test_greedy_step_invalid_rows_reach_negative_token():
     assert x["expected.tree_accept.accepted_count"][0] > 0
 
 
-# --- issue 10: bad_links and leaf_siblings ------------------------------------------------
+# --- bad_links and leaf_siblings (they kill mutation survivors) ------------------------------------------------
 
 
 def request(x, r):
@@ -226,7 +226,7 @@ def followed_links(ids, nt, ns, n, tp):
 
 
 def buggy_walk(ids, nt, ns, n, tp, bug):
-    """(accepted_count, path, status) of a walk with one of issue 10's bugs:
+    """(accepted_count, path, status) of a walk with one of the mutation study's bugs:
     ``gt0`` (``while (c > 0)``, range check kept), ``ge0`` (``while (c >= 0)``), ``in_range``
     (``while (c > 0 && c <= node_count)``: any bad link ends the list), ``leaf_next`` (at an
     accepted leaf, accept its next sibling if that matches), ``own_list`` (when no child of
@@ -299,7 +299,7 @@ def test_bad_links_kill_walks_that_end_a_list_at_a_bad_link(goldens, bug):
     wrong = [r for r in range(len(x["expected.status"]))
              if buggy_walk(*request(x, r), bug)[2] != x["expected.status"][r]]
     assert wrong, bug
-    assert buggy_walk(*request(x, 0), "gt0")[2] == STATUS_OK  # issue 10's input: 0 read as "no sibling"
+    assert buggy_walk(*request(x, 0), "gt0")[2] == STATUS_OK  # the input that first showed the bug: 0 read as "no sibling"
     t = x["input.node_token_ids"].shape[1]
     values = gen.bad_link_values(t - 5, t)
     cells = [(place, v) for place in gen.BAD_LINK_PLACES for v in values]  # rows 2, 3, ...

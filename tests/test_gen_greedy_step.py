@@ -1,4 +1,4 @@
-"""greedy_step/finite_padding (issue 10): underfull trees whose padding query rows (past
+"""greedy_step/finite_padding (it kills a mutation survivor): underfull trees whose padding query rows (past
 node_count) hold finite q, so a chain that sizes the tree from the budget (or from N)
 instead of node_count computes those rows as attention and fails, where NaN-poisoned q
 would only have made them NaN."""

@@ -99,7 +99,7 @@ def test_second_tier_is_generated_on_demand_and_hash_checked(repo_root, tmp_path
         goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")
 
 
-# --- issue 10: near_ties ----------------------------------------------------------------------
+# --- near_ties (it kills mutation survivors) ----------------------------------------------------------------------
 
 
 def best_first(lp, ids, budget, depth_limit, sibling):
@@ -126,7 +126,7 @@ def best_first(lp, ids, budget, depth_limit, sibling):
 
 RIGHT = lambda w, a, b: (w - a) + b  # noqa: E731  (the contract)
 WRONG = {
-    "swap": lambda w, a, b: (w + b) - a,  # issue 10, survivor 3
+    "swap": lambda w, a, b: (w + b) - a,  # the mutation study's survivor 3
     "diff": lambda w, a, b: w + (b - a),
 }
 
@@ -152,7 +152,7 @@ def test_near_ties_independent_builder_matches_the_golden(gens):
 def test_near_ties_kill_other_sibling_score_evaluations(gens, how):
     """A builder that evaluates the sibling score in another order builds another tree on
     many requests of near_ties (so the golden's exact comparison fails it); request 0 is
-    issue 10's input."""
+    the input that first showed the bug."""
     g = gens["near_ties"]
     reqs = requests(g)
     differ = [r for r, (lp, ids, b, d) in enumerate(reqs)

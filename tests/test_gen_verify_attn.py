@@ -1,4 +1,4 @@
-"""The verify_attn configurations of issue 10 exercise what their names promise, and their
+"""The verify_attn configurations that kill mutation survivors exercise what their names promise, and their
 contracts pass a correct f32 online-softmax kernel while failing the bugs they aim at.
 
 huge_scores (and _bf16): scores beyond the float64 exp range, kept finite only by
@@ -200,7 +200,7 @@ def test_no_visible_key_rows(goldens):
     assert n_empty >= 7 and n_no_root >= 10
     # a prefix-only row (request 3 has prefix 5): finite
     assert not x["visibility"][3, 1, : x["tree_len"][3]].any() and np.isfinite(exp_lse[3, 1]).all()
-    # request 4 is issue 10's input 5: prefix 0, tree_len 1, visibility [[0]]
+    # request 4 is the input that first showed the bug: prefix 0, tree_len 1, visibility [[0]]
     assert x["prefix_len"][4] == 0 and x["tree_len"][4] == 1 and x["visibility"][4, 0, 0] == 0
     assert (exp_lse[4] == -np.inf).all() and (exp_out[4] == 0).all()
 

@@ -1,4 +1,4 @@
-"""Issue 10: the smallest inputs that expose the bugs the mutation study planted in the C++
+"""The smallest inputs that expose the bugs the mutation study planted in the C++
 CPU cores (cuda_tests/kernels/*.cuh) and that the goldens of the time let through.
 
 Each input is checked twice: its right value from the Python reference (kdtr/ops/) and

@@ -1,5 +1,5 @@
 """Batch mode (one binary process per op, backend and device), its per-golden fallback,
-several devices and sanitizer sweeps (issue 12): the runner side with a batch-aware fake
+several devices and sanitizer sweeps: the runner side with a batch-aware fake
 binary, the binary side with the real build/bin/kdtr_<op>."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 8 fault classes of the runner, the reports and the CLI: control characters from
+"""Fault classes of the runner, the reports and the CLI: control characters from
 files and binaries, concurrent runs and interrupted writes, the golden set checked against
 its manifest, signals, and the command-line edges. Each test failed on the code before it."""
 

@@ -136,7 +136,7 @@ def test_matches_independent_walk(seed, count, depth, topk, vocab):
     assert (r.proposed[0, len(tokens):] == -1).all()
 
 
-# --- negative token ids (issue 8, item 3) ------------------------------------------------
+# --- negative token ids ------------------------------------------------
 
 # The issue's inputs (T = 4): the old walk returned status 0 and proposed the padding
 # value -1 as the bonus token (a), or accepted the -1 draft token of slot 1 (b).

@@ -1,4 +1,4 @@
-"""NaN and infinities inside the valid region of verify_attn (issue 8, item 2).
+"""NaN and infinities inside the valid region of verify_attn.
 
 The rule (docs/ops/verify_attn.md, "NaN and infinities"): emptiness comes from the
 visible-key set; a row with a visible key is the max-subtracted formula in IEEE arithmetic

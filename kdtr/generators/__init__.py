@@ -1,4 +1,4 @@
-"""Golden generators, one module per op (shared/DESIGN.md section 4).
+"""Golden generators, one module per op (docs/harness.md, "Goldens").
 
 Each module exposes ``OP`` (the op name, an op of :data:`kdtr.ops.OPS`),
 ``GENERATOR_VERSION`` (bump it when synthesis changes on purpose), ``CONFIGS`` (name ->

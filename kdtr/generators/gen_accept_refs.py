@@ -1,12 +1,12 @@
-"""Goldens for tree_accept (shared/DESIGN.md 3.2, docs/ops/tree_accept.md).
+"""Goldens for tree_accept (docs/ops/tree_accept.md).
 
 Each configuration is named by the code path it aims at. Trees are random but
 well-formed (parents before children, links in index order, distinct sibling tokens)
-unless the config says otherwise; target predictions follow DESIGN 4: the first child
+unless the config says otherwise; target predictions aim at code paths: the first child
 with high probability, sometimes a non-first child, sometimes a token matching no child
 (early stop); leaves always get a non-child token. Token ids of live slots are
 non-negative except in ``negative_token``, which aims at status NEGATIVE_TOKEN.
-``bad_links`` (status BAD_INDEX) and ``leaf_siblings`` come from issue 10's mutation
+``bad_links`` (status BAD_INDEX) and ``leaf_siblings`` come from the mutation
 study: link values that are neither -1 nor a live slot, followed by the walk; and accepted
 slots whose siblings carry the bonus token (the walk must stop).
 """
@@ -228,7 +228,8 @@ def _synth_negative(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict
         ids[r, :k], nt[r, :k], ns[r, :k], tp[r, :k] = row_ids, row_nt, row_ns, row_tp
         nc[r] = count
 
-    # rows 1, 2: issue 8 item 3 (a) and (b)
+    # rows 1, 2: target_predict -1 on the walked path (1: it would be the bonus token; 2: it
+    # would accept a child whose draft token is -1)
     issue_row(1, [42, 5, -1, -1], [1, -1, -1, -1], [-1, -1, -1, -1], 1, [-1, 7, 0, 0])
     issue_row(2, [42, -1, 7, -1], [1, -1, -1, -1], [-1, 2, -1, -1], 2, [-1, 55, 0, 0])
     # row 3: target_predict -1 at a live leaf that the walk never reaches
@@ -297,7 +298,7 @@ def _tree_from_parents(rng: Rng | np.random.Generator, t: int, parents: list[int
 
 
 def _synth_bad_links(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
-    """Row 0: issue 10's input (a sibling link 0 at the end of the root's list), padded to T;
+    """Row 0: the input that first showed the bug (a sibling link 0 at the end of the root's list), padded to T;
     row 1: a well-formed control (status 0). Then one row per (place, bad value) of
     BAD_LINK_PLACES x bad_link_values: a tree of node_count = T - 5 nodes whose walk follows
     the bad link (status 2 BAD_INDEX, the request rejected whole). A walk that ends a list at
@@ -365,7 +366,7 @@ def _synth_leaf_siblings(cfg: Config, rng: Rng | np.random.Generator, t: int) ->
     sibling (or an uncle) of that slot carries the bonus token. Hand-made rows (parents of
     slots 1..n; every row well-formed, status 0):
 
-    0. issue 10's input: root children 1 (token 7) and 2 (token 8), predictions [7, 8, 9]:
+    0. the input that first showed the bug: root children 1 (token 7) and 2 (token 8), predictions [7, 8, 9]:
        accept 1 (a leaf), bonus 8 = the token of its next sibling 2.
     1. accept a depth-1 leaf; its next sibling (a leaf) carries the bonus token.
     2. accept a depth-2 leaf; its next sibling carries the bonus token and has a child the
@@ -407,7 +408,7 @@ def _synth_leaf_siblings(cfg: Config, rng: Rng | np.random.Generator, t: int) ->
         if status != 0 or got != [0, *path]:
             raise ValueError(f"leaf_siblings row {k}: walk {got} (status {status}), meant {[0, *path]}")
 
-    tree = row([0, 0], [1], bonus_from=2)  # 0: issue 10's input, padded to T
+    tree = row([0, 0], [1], bonus_from=2)  # 0: the input that first showed the bug, padded to T
     tree.token_ids[:3] = [100, 7, 8]
     rows[-1][1][:3] = [7, 8, 9]
     row([0, 0, 0, 1], [1 + 1], bonus_from=3)  # 1: accept slot 2 (a leaf), next sibling 3

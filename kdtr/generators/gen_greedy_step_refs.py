@@ -1,9 +1,9 @@
-"""Goldens for greedy_step: tree_build -> verify_attn -> tree_accept (shared/DESIGN.md 3.4).
+"""Goldens for greedy_step: tree_build -> verify_attn -> tree_accept (docs/ops/greedy_step.md).
 
 The reference is :mod:`kdtr.ops.greedy_step` (the three numpy references chained as a
 device would). This generator synthesizes its inputs: drafter rows as for tree_build,
 attention inputs over the reference tree (one latent KV row per tree slot, poisoned past
-each request's range), and target_predict on that reference tree as in DESIGN 4 (first
+each request's range), and target_predict on that reference tree as for tree_accept (first
 child mostly, sometimes another child, sometimes no child; leaves never match), -1 past
 node_count; ``invalid_rows`` also puts negative tokens where tree_accept must answer
 NEGATIVE_TOKEN (docs/ops/greedy_step.md).
@@ -118,7 +118,7 @@ def generate(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     sm_scale = round_to(cfg.sm_scale or 1.0 / math.sqrt(cfg.dqk), np.float32)  # sqrt: correctly rounded, unlike pow
     d_v = np.array(cfg.d_v, np.int32)
 
-    # target predictions on the reference tree (DESIGN 4)
+    # target predictions on the reference tree (as for tree_accept's goldens)
     target = np.full((b, t), -1, np.int64)
     for r in range(b):
         tr = Tree(int(tree["node_count"][r]), tree["parents"][r], tree["node_depths"][r], tree["node_token_ids"][r],

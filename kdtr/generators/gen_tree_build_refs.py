@@ -1,4 +1,4 @@
-"""Goldens for tree_build (shared/DESIGN.md 3.1, docs/ops/tree_build.md).
+"""Goldens for tree_build (docs/ops/tree_build.md).
 
 Inputs imitate a block-diffusion drafter: per request and depth, the top-K of a softmax
 over a vocabulary slice, with a per-row concentration so that confident (peaked) and
@@ -242,7 +242,7 @@ def _near_tie_rows(rng: Rng | np.random.Generator, d: int, k: int) -> np.ndarray
 
 
 def _synth_near_ties(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
-    """Request 0: issue 10's input (rows [-1e-12, -0.3], budget 4, depth_limit 2), padded with
+    """Request 0: the input that first showed the bug (rows [-1e-12, -0.3], budget 4, depth_limit 2), padded with
     ranks of -5 and -6 that the tree never reaches. Request r >= 1: near-tie rows
     (:func:`_near_tie_rows`) drawn until the wrong evaluation NEAR_TIE_WRONG[(r - 1) % 3]
     (:func:`grow_scored`) builds another tree than the contract's: every request is one where

@@ -1,4 +1,4 @@
-"""Goldens for verify_attn (shared/DESIGN.md 3.3, docs/ops/verify_attn.md).
+"""Goldens for verify_attn (docs/ops/verify_attn.md).
 
 Visibility comes from real draft-tree shapes (random best-first-like trees, chains,
 stars). Everything a correct kernel must not read is poisoned: q rows past tree_len and
@@ -6,7 +6,7 @@ cache rows past prefix_len + tree_len are NaN, visibility entries outside the va
 square are 1. Tolerances are computed per golden from the data (see
 ``tolerances`` and docs/ops/verify_attn.md, "Tolerances").
 
-Configurations with a ``special`` kind (issue 10; SPECIAL_KINDS) aim at the softmax:
+Configurations with a ``special`` kind (SPECIAL_KINDS; they kill mutation survivors) aim at the softmax:
 ``huge_scores`` (scores beyond float64's exp range), ``no_visible_key`` (empty rows),
 ``masked_extremes`` (masked keys that would set the row maximum) and ``finite_padding``,
 which leaves q's padding rows finite (every other poison stays) so that a kernel that
@@ -277,7 +277,7 @@ NO_KEY_ROWS: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((0, 6), (1, 2, 3, 4, 5)),  # prefix 0: the root row empty; no other row sees the root
     ((4, 8), (1, 2, 3, 5, 6, 7)),  # prefix 0: likewise, with the empty rows deeper
     ((1, 2), (3,)),  # prefix 5: rows with no tree key still see the prefix (not empty)
-    ((0,), ()),  # prefix 0, tree_len 1, visibility [[0]]: issue 10's input
+    ((0,), ()),  # prefix 0, tree_len 1, visibility [[0]]: the input that first showed the bug
 )
 
 

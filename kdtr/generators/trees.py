@@ -135,7 +135,7 @@ def synth_target_predict(
 
     At a slot with children: the first child's token with probability p_first, a random
     non-first child's token with probability p_other, else a token matching no child
-    (early stop). Leaves always get a token matching no child (shared/DESIGN.md 4).
+    (early stop). Leaves always get a token matching no child.
     """
     t = len(tree.token_ids)
     out = np.full(t, -1, np.int64)

@@ -4,7 +4,7 @@ Each op module declares one :class:`OpSpec` and registers it in :data:`OPS` when
 imported (importing this package imports all four): the op's name, its inputs and outputs
 (name, KDTR dtype, shape in named dims such as B, T, H), the default comparison contract
 of each output, and ``reference(inputs, metadata) -> outputs``. The semantics are in
-shared/DESIGN.md section 3 and docs/ops/<op>.md; adding an op: docs/adding-an-op.md.
+docs/ops/<op>.md; adding an op: docs/adding-an-op.md.
 
 Configurations are not here: generators register them against these specs in a
 :class:`kdtr.registry.Registry`, which the golden, runner and CLI code receive as an

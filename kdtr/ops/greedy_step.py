@@ -1,6 +1,6 @@
 """greedy_step: tree_build -> verify_attn -> tree_accept chained on one device (reference).
 
-Source: shared/DESIGN.md 3.4 and docs/ops/greedy_step.md. The reference chains the three
+Contract: docs/ops/greedy_step.md. The reference chains the three
 numpy references exactly as a device would: the tree that tree_build returns feeds
 verify_attn (its visibility, tree_len = node_count + 1) and tree_accept (node_token_ids,
 next_token, next_sibling, node_count); ``target_predict`` is an input (the generator

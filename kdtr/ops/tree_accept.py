@@ -1,6 +1,6 @@
 """tree_accept: the greedy walk of a verified draft tree (reference, numpy).
 
-Algorithm: shared/DESIGN.md section 3.2 and docs/ops/tree_accept.md. It is SGLang's
+Algorithm: docs/ops/tree_accept.md. It is SGLang's
 ``verify_tree_greedy`` (accept_token_num = accepted_count) for one step of greedy
 DDTree speculative decoding (Ringel & Romano, "Accelerating Speculative Decoding with
 Block Diffusion Draft Trees"): starting at the root (slot 0), move to the child whose

@@ -1,7 +1,7 @@
 """tree_build: the best-first draft-tree builder of DDTree (reference, numpy + heapq).
 
 Source: Ringel & Romano, "Accelerating Speculative Decoding with Block Diffusion Draft
-Trees" (DDTree), its reference tree builder; contract in shared/DESIGN.md 3.1 and
+Trees" (DDTree), its reference tree builder; contract in
 docs/ops/tree_build.md.
 
 The drafter gives, per depth d = 1..D, the top-K log-probs ``lp[d-1]`` (sorted

@@ -1,6 +1,6 @@
 """verify_attn: MLA-absorb attention of the draft-tree queries over prefix + tree (reference).
 
-Source: shared/DESIGN.md 3.3 and docs/ops/verify_attn.md. In MLA's absorbed form (as in
+Contract: docs/ops/verify_attn.md. In MLA's absorbed form (as in
 DeepSeek-V2/V3 and Kimi K2 decoding) all heads of a request share one latent KV row per
 position: keys are the full ``Dqk`` (= 512 latent + 64 rope) dims, values the first
 ``d_v`` dims. The tree queries attend to every prefix position and to the tree slots
