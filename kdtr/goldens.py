@@ -1,8 +1,10 @@
-"""Golden lifecycle: write, list, hash and check the golden files (shared/DESIGN.md 4).
+"""Golden lifecycle: write, list, hash and check the golden files (docs/harness.md, "Goldens").
 
 Goldens live at ``golden/<op>/<config>.kdtr``; ``golden/MANIFEST.json`` lists each with
 its op, config, seed, sha256, size, generator version and the numpy version that wrote
-it. Committed goldens stay under :data:`COMMITTED_BUDGET` bytes in all. Configurations
+it, plus (:func:`host_record`) the library versions of the regen and which libraries shape
+golden bytes: only numpy's PCG64 stream and kdtr's own code do (docs/harness.md, "Host
+independence of goldens"). Committed goldens stay under :data:`COMMITTED_BUDGET` bytes in all. Configurations
 whose generator marks them ``tier = "cache"`` are too large to commit: they are listed
 in the manifest with their hash and generated on demand into a cache directory.
 
@@ -74,6 +76,44 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# What shapes a golden's bytes (docs/harness.md, "Host independence of goldens"); written into
+# the manifest by `kdtr regen` beside the versions it ran with.
+GOLDEN_BYTES = {
+    "shaped_by": {
+        "numpy": "PCG64 seeded by SeedSequence: the raw 64-bit stream, the same in every numpy version (NEP 19); "
+                 "IEEE elementwise arithmetic, comparisons, integer operations and stable sorts",
+        "kdtr": "its own draws (kdtr/generators/rng.py), float64 -> bf16/f32 rounding (kdtr/bf16.py), exp, log, "
+                "fixed-order sums and exact dot products (kdtr/detmath.py)",
+    },
+    "not_shaped_by": {
+        "ml_dtypes": "provides the bf16 dtype only (a view of kdtr's bit patterns); it rounds nothing",
+        "numpy Generator methods, exp/log/power, sum order, casts to bf16": "not used where bits reach a golden",
+        "BLAS, its thread count": "it multiplies integer-valued slices whose sums are exact in any order",
+        "CPU, SIMD width": "only correctly rounded or exact operations reach a golden",
+        "python": "IEEE float arithmetic only (no pow or libm transcendentals)",
+    },
+}
+
+
+def host_record() -> dict[str, Any]:
+    """The manifest's record of the host that ran ``kdtr regen``: ``generated_with`` (the
+    versions of numpy, ml_dtypes and Python) and ``golden_bytes`` (:data:`GOLDEN_BYTES`:
+    which of them shape golden bytes, which do not). ``kdtr regen --check`` does not compare
+    it: goldens regenerate bit-identically whatever these versions."""
+    from importlib import metadata
+    import platform
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {"generated_with": {"numpy": np.__version__, "ml_dtypes": version("ml_dtypes"),
+                               "python": platform.python_version()},
+            "golden_bytes": GOLDEN_BYTES}
 
 
 def write_one(golden_dir: Path, registry: Registry, op: str, config: str) -> tuple[Path, dict[str, Any]]:
@@ -164,7 +204,7 @@ def _generate_set(
         target = staging if registry.tier_of(op, config) == "committed" else cache_dir
         _, entry = write_one(target, registry, op, config)
         files[f"{op}/{config}.kdtr"] = entry
-    manifest = {"format": MANIFEST_FORMAT, "files": files}
+    manifest = {"format": MANIFEST_FORMAT, "files": files, **host_record()}
     committed = sum(e["size"] for e in files.values() if e["tier"] == "committed")
     if committed > COMMITTED_BUDGET:
         raise ValueError(f"committed goldens total {committed} bytes > budget {COMMITTED_BUDGET}")
@@ -287,17 +327,31 @@ class CheckReport:
 
 
 def _tensor_drift(rel: str, name: str, old: np.ndarray, new: np.ndarray) -> Drift | None:
+    """The drift of one tensor, counted per element by bit pattern: an element is unchanged
+    when its bytes are equal, so NaN meets NaN of the same pattern (not ``NaN != NaN``), while
+    a NaN that becomes a number (or the reverse), a NaN whose sign or payload changes, and
+    -0.0 against +0.0 are changes. Float tensors also give the max ULP change over the
+    elements that are numbers on both sides, and how many changed between NaN and number."""
     if old.dtype != new.dtype or old.shape != new.shape:
         return Drift(rel, "tensor", f"{name}: {old.dtype}{list(old.shape)} -> {new.dtype}{list(new.shape)}")
     if old.tobytes() == new.tobytes():
         return None
-    is_float = old.dtype.kind == "f" or old.dtype.name == "bfloat16"
-    if name.startswith("expected.") and is_float:
-        ulp = ulp_distance(old, new)
-        n = int(np.count_nonzero(old.reshape(-1).view(np.uint8) != new.reshape(-1).view(np.uint8)))
-        return Drift(rel, "tensor", f"{name}: float output changed, max {int(np.max(ulp))} ULP ({n} bytes differ)")
-    n = int(np.count_nonzero(old.reshape(-1) != new.reshape(-1))) if old.size else 0
-    return Drift(rel, "tensor", f"{name}: {n} of {old.size} elements changed")
+    raw = np.dtype(f"u{old.dtype.itemsize}")  # every KDTR dtype is 1, 2, 4 or 8 bytes
+    changed = np.ascontiguousarray(old).reshape(-1).view(raw) != np.ascontiguousarray(new).reshape(-1).view(raw)
+    n = int(np.count_nonzero(changed))
+    if not (old.dtype.kind == "f" or old.dtype.name == "bfloat16"):
+        return Drift(rel, "tensor", f"{name}: {n} of {old.size} elements changed")
+    o_nan = np.isnan(np.asarray(old, np.float64)).reshape(-1)
+    n_nan = np.isnan(np.asarray(new, np.float64)).reshape(-1)
+    numbers = changed & ~o_nan & ~n_nan
+    ulp = ulp_distance(old.reshape(-1)[numbers], new.reshape(-1)[numbers]) if numbers.any() else None
+    parts = [f"max {int(np.max(ulp))} ULP" if ulp is not None else "no number changed"]
+    if (k := int(np.count_nonzero(o_nan != n_nan))):
+        parts.append(f"{k} between NaN and a number")
+    if (k := int(np.count_nonzero(changed & o_nan & n_nan))):
+        parts.append(f"{k} NaN bit patterns")
+    what = "float output changed: " if name.startswith("expected.") else ""
+    return Drift(rel, "tensor", f"{name}: {what}{n} of {old.size} elements changed ({', '.join(parts)})")
 
 
 def _compare_files(rel: str, old_path: Path, new_path: Path) -> list[Drift]:

@@ -18,9 +18,19 @@ from kdtr.cli.main import main
 
 
 @pytest.fixture
-def gdir(tmp_path, repo_root):
+def gdir(tmp_path, repo_root, monkeypatch):
+    """A copy of golden/ and a registry, both without the second tier: these tests are about
+    drift detection in committed goldens, and regenerating the second tier (a third of a
+    minute) each time adds nothing (tests/test_host_independence.py checks its hashes)."""
     d = tmp_path / "golden"
     shutil.copytree(repo_root / "golden", d, ignore=shutil.ignore_patterns(".cache"))
+    reg = kdtr.generators.REGISTRY
+    every = reg.all_configs
+    monkeypatch.setattr(reg, "all_configs", lambda ops=None: [(o, c) for o, c in every(ops)
+                                                              if reg.tier_of(o, c) == "committed"])
+    manifest = json.loads((d / "MANIFEST.json").read_text())
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if v["tier"] == "committed"}
+    (d / "MANIFEST.json").write_text(json.dumps(manifest))
     return d
 
 
