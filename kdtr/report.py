@@ -258,9 +258,11 @@ def current_reports(report_dir: Path) -> Path | None:
 
 
 def shown(results: list[CaseResult], rset: fsutil.ReportSet) -> list[CaseResult]:
-    """``results`` with each obtained output spelt as readers see it once the set is
-    published (``report_dir/obtained/...``) instead of inside the run directory."""
-    return [dataclasses.replace(r, output_file=rset.shown(r.output_file)) if r.output_file else r for r in results]
+    """``results`` with each obtained output, in its ``output_file`` and in the binary's
+    recorded ``command``, spelt as readers see it once the set is published
+    (``report_dir/obtained/...``) instead of inside the run directory."""
+    return [dataclasses.replace(r, output_file=rset.shown(r.output_file) if r.output_file else r.output_file,
+                                command=[rset.shown(a) for a in r.command]) for r in results]
 
 
 def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any],
