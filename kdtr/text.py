@@ -53,3 +53,12 @@ def printable_tree(value: Any, _multiline: bool = False) -> Any:
     if isinstance(value, (list, tuple)):
         return [printable_tree(v, _multiline) for v in value]
     return value
+
+
+def terminal_columns(default: int = 160) -> int:
+    """$COLUMNS where it is a width in [20, 1000] (ASCII digits), else ``default``: the
+    width of piped output (CI logs, files). A malformed $COLUMNS is ignored, never an error."""
+    import os
+
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isascii() and text.isdigit() and 20 <= int(text) <= 1000 else default

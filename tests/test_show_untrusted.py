@@ -225,3 +225,17 @@ def test_bad_or_huge_columns_variable_is_ignored(columns):
     r = CliRunner().invoke(main, ["show", str(GOLDEN / "tree_accept" / "chain.kdtr")], env={"COLUMNS": columns})
     assert r.exit_code == 0, r.output
     assert len(r.output) < 20_000
+
+
+@pytest.mark.parametrize("columns", ["abc", "0", "\x1b[2J"])
+def test_bad_columns_variable_does_not_break_any_command(columns):
+    """The CLI's console is built at import from $COLUMNS when output is piped: a value that
+    is not a width ("abc" raised ValueError while importing kdtr.cli.main) is ignored."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "kdtr.cli", "list"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": columns})
+    assert p.returncode == 0, p.stderr
+    assert "tree_accept" in p.stdout and "Traceback" not in p.stderr

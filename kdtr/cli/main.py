@@ -34,7 +34,7 @@ from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
 from kdtr.status import Status
-from kdtr.text import printable
+from kdtr.text import printable, terminal_columns
 
 from kdtr.cli.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
 
@@ -42,9 +42,8 @@ from kdtr.cli.convert_cmd import convert as convert_command  # kdtr convert
 
 import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY): the core of kdtr/ never imports it
 
-# Piped output (CI logs) is not cut to 80 columns: $COLUMNS, else 160.
-console = Console(highlight=False, soft_wrap=True,
-                  width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160))
+# Piped output (CI logs) is not cut to 80 columns: $COLUMNS (if a width in [20, 1000]), else 160.
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else terminal_columns())
 
 STATUS_STYLE = {
     Status.PASS: "green",
@@ -245,18 +244,18 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
     sys.exit(code)
 
 
+def _lacks_binary(r: runner.CaseResult, missing: dict[str, int], bin_dir: Path) -> bool:
+    """An ERROR because the bin dir has no binary for its op (said in one line for all)."""
+    return (r.case.op in missing and r.status == Status.ERROR
+            and r.reason == runner.missing_binary(bin_dir, r.case.op))
+
+
 def _discard(rset: fsutil.ReportSet) -> None:
     """Remove an interrupted run's unpublished report directory (the last set stays)."""
     try:
         rset.discard()
     except OSError:
         pass
-
-
-def _lacks_binary(r: runner.CaseResult, missing: dict[str, int], bin_dir: Path) -> bool:
-    """An ERROR because the bin dir has no binary for its op (said in one line for all)."""
-    return (r.case.op in missing and r.status == Status.ERROR
-            and r.reason == runner.missing_binary(bin_dir, r.case.op))
 
 
 def _selection_args(only, backends, shard, tier, required) -> list[str]:

@@ -43,7 +43,7 @@ from rich.text import Text
 from kdtr import format as kformat
 from kdtr import report
 from kdtr.errors import KdtrError
-from kdtr.text import printable
+from kdtr.text import printable, terminal_columns
 
 from kdtr.cli.show_tree import (BONUS_STYLE, DIFF_STYLE, PATH_SHOW, WARN_STYLE, Marks, PathIndex, Scores, Side,
                                 _slot_list, short, tree_lines, walk)
@@ -421,12 +421,6 @@ def _fail(msg: str) -> None:
     sys.exit(2)
 
 
-def _columns() -> int:
-    """$COLUMNS where it is a width in [20, 1000], else 160 (a piped drawing's least width)."""
-    text = os.environ.get("COLUMNS", "")
-    return int(text) if text.isascii() and text.isdigit() and 20 <= int(text) <= 1000 else 160
-
-
 @click.command("show")
 @click.argument("golden", metavar="GOLDEN")
 @click.option("--request", "request", type=int, default=0, show_default=True, metavar="B",
@@ -453,7 +447,7 @@ def show(golden, request, svg, output) -> None:
         drawing = render(g, request, o, golden_name=golden, output_name=output or "")
         # A terminal keeps its width (the sides stacked if they do not fit); piped output
         # (CI logs, files) is as wide as the drawing needs, at least $COLUMNS or 160.
-        width = None if sys.stdout.isatty() else max(_columns(), drawing.width)
+        width = None if sys.stdout.isatty() else max(terminal_columns(), drawing.width)
         console = Console(highlight=False, record=bool(svg), width=width)
         console.print(drawing.renderable(console.width))
         if svg:
