@@ -333,8 +333,11 @@ def regen(check, golden_dir) -> None:
 
 
 def _open(path: str, verify: bool = True) -> kformat.KdtrFile:
+    # Verifying reads every byte anyway: read them into memory (mmap=False), so that a file
+    # truncated while it is compared (by a binary's leftover child, a checkout) is an error
+    # line, never a SIGBUS of this process.
     try:
-        return kformat.load(path, verify=verify)
+        return kformat.load(path, verify=verify, mmap=not verify)
     except KdtrError as exc:
         click.echo(printable(f"kdtr: error: {type(exc).__name__}: {exc}"), err=True)
         sys.exit(2)
