@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from kdtr.generators import gen_verify_attn_refs as gen
+from kdtr.generators.rng import Rng
 from kdtr.ops.verify_attn import verify_attn_f64
 
 
@@ -53,12 +54,12 @@ def main() -> None:
     print("| config | dtype | worst out err (f32) | worst out err (P in bf16) | worst lse err | contract out atol | contract lse atol |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, cfg in gen.CONFIGS.items():
-        if cfg.tier != "committed":
+        if cfg.tier != "committed" or cfg.nonfinite or cfg.special:  # the softmax-aimed ones: their own tests
             continue
         worst = np.zeros(3)
         for k in range(args.seeds):
             c = dataclasses.replace(cfg, seed=cfg.seed * 1000 + k)
-            x = gen.synth(c, np.random.default_rng(c.seed))
+            x = gen.synth(c, Rng(c.seed))  # the generators' draws
             ref_out, ref_lse = verify_attn_f64(x["q"], x["kv_cache"], x["prefix_len"], x["tree_len"],
                                                x["visibility"], float(x["sm_scale"]), int(x["d_v"]))
             valid = np.isfinite(ref_lse)
@@ -66,7 +67,7 @@ def main() -> None:
                 o, lz = simulate(x, round_p)
                 worst[j] = max(worst[j], float(np.abs(o - ref_out).max()))
                 worst[2] = max(worst[2], float(np.abs(lz[valid] - ref_lse[valid]).max()))
-        tol = gen.tolerances(gen.synth(cfg, np.random.default_rng(cfg.seed)))
+        tol = gen.tolerances(gen.synth(cfg, Rng(cfg.seed)))  # the golden's own contract
         print(f"| {name} | {cfg.dtype} | {worst[0]:.2e} | {worst[1]:.2e} | {worst[2]:.2e} | "
               f"{tol['out'].atol:.2e} | {tol['lse'].atol:.2e} |")
 
