@@ -157,9 +157,8 @@ def test_output_that_matches_is_drawn_once(tmp_path):
 def test_output_with_another_path_is_shown_side_by_side_with_the_difference_marked(tmp_path):
     golden = GOLDEN / "tree_accept" / "chain.kdtr"
     res = reference_output(golden)
-    b = 3
+    b = next(r for r in range(len(res["accepted_count"])) if res["accepted_count"][r] >= 1)  # a walk to cut short
     count = int(res["accepted_count"][b])
-    assert count >= 1
     res["accepted_count"][b] = count - 1  # the kernel stops one slot early
     res["accepted_path"][b, count] = -1
     res["proposed"][b, count - 1] = 777  # ... with another bonus token
