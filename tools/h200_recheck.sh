@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Re-check on the H200 device machine after a change of goldens or harness (docs/conformance.md):
+#   STEP=check (default): tools/h200_conformance.sh (build, every golden of both tiers on both
+#     backends, compute-sanitizer memcheck), every verify_attn/greedy_step golden through each
+#     verify_attn kernel (tools/va_check.py, wgmma required) and every tree_build golden through
+#     each tree_build kernel (tools/tb_check.py), `kdtr regen --check` on this host's numpy, and
+#     the host-independence and bf16-rounding tests;
+#   STEP=mutate: the mutant catalogue (`kdtr mutate`, as .ci/run) on all CPU cores.
+# Everything goes to one tarball $OUT/recheck-<step>.tgz and a summary $OUT/summary-<step>.txt
+# (the device returns at most 8 files).  Python deps missing there come as wheels in .whl/, the
+# CUTLASS wheel in .cache/cutlass/.
+set -uo pipefail
+OUT=${OUT:-h200-out}
+STEP=${STEP:-check}
+W=/tmp/recheck-$STEP
+mkdir -p "$OUT" "$W"
+. "$(dirname "$0")/h200_env.sh"
+sum="$OUT/summary-$STEP.txt"
+: > "$sum"
+note() { echo "$*" | tee -a "$sum"; }
+if [ "$STEP" = check ]; then
+  OUT=$W/conf KDTR_TIER=all SANITIZER_TOOLS=memcheck bash tools/h200_conformance.sh > "$W/conformance.log" 2>&1
+  note "h200_conformance: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/conf/run.log" | tail -1)"
+  grep -E 'memcheck: ' "$W/conf/"sanitizer-*.log | tail -1 | tee -a "$sum"
+  python3 tools/va_check.py --backend cuda --kernel auto --kernel mma --kernel wgmma \
+    > "$W/va_check.log" 2>&1
+  note "va_check: exit $?; $(grep -c '^PASS' "$W/va_check.log") PASS, $(grep -c '^FAIL' "$W/va_check.log") FAIL"
+  python3 tools/tb_check.py --backend cuda --kernel heap --kernel select golden/tree_build/*.kdtr golden/.cache/tree_build/*.kdtr \
+    > "$W/tb_check.log" 2>&1
+  note "tb_check: exit $?; $(tail -1 "$W/tb_check.log")"
+  python3 -m kdtr.cli regen --check > "$W/regen_check.log" 2>&1
+  note "regen --check: exit $?; $(tail -1 "$W/regen_check.log"); $(python3 -c 'import numpy, ml_dtypes, platform; print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "python", platform.python_version(), platform.machine())')"
+  python3 -m pytest -q -p no:cacheprovider tests/test_host_independence.py tests/test_bf16.py > "$W/pytest.log" 2>&1
+  note "pytest host-independence + bf16: exit $?; $(tail -1 "$W/pytest.log")"
+else
+  { date -u; nproc; g++ --version | head -1; } > "$W/mutate-env.txt" 2>&1
+  python3 -m kdtr.cli mutate -j "$(nproc)" --report-dir "$W/mutation" > "$W/mutate.log" 2>&1
+  note "kdtr mutate: exit $?; $(grep -iE 'killed|surviv|score' "$W/mutate.log" | tail -3)"
+fi
+tar czf "$OUT/recheck-$STEP.tgz" -C "$W" .
+cat "$sum"
