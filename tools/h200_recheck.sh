@@ -2,7 +2,7 @@
 # Re-check on the H200 device machine after a change of goldens or harness (docs/conformance.md):
 #   STEP=check (default): tools/h200_conformance.sh (build, every golden of both tiers on both
 #     backends, compute-sanitizer memcheck), every verify_attn/greedy_step golden through each
-#     verify_attn kernel (tools/va_check.py, wgmma required) and every tree_build golden through
+#     verify_attn kernel (tools/va_check.py; NOT_SUPPORTED where a kernel does not apply, as wgmma to f32) and every tree_build golden through
 #     each tree_build kernel (tools/tb_check.py), `kdtr regen --check` on this host's numpy, and
 #     the host-independence and bf16-rounding tests;
 #   STEP=mutate: the mutant catalogue (`kdtr mutate`, as .ci/run) on all CPU cores.
