@@ -21,6 +21,7 @@ symbolic links: they are the user's choice and are followed once, when they are 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -29,7 +30,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -461,6 +462,19 @@ class ReportSet:
             self._remove_run_dir(dfd, name)
         finally:
             os.close(dfd)
+
+    @contextlib.contextmanager
+    def discarded_on_error(self) -> Iterator[None]:
+        """Run the block that fills and publishes the set; on any exception (a signal's
+        too) discard the unpublished run directory, then re-raise the first error."""
+        try:
+            yield
+        except BaseException:
+            try:
+                self.discard()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            raise
 
     def publish(self) -> list[Path]:
         """Make the run directory the current set: check the fixed names, create the

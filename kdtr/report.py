@@ -290,7 +290,7 @@ def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any],
     if rset is None:
         rset = report_set(report_dir)
         rset.begin()
-    try:
+    with rset.discarded_on_error():
         run_dir = rset.run_dir
         if run_dir is None:
             raise RuntimeError("write_all: the report set was not begun")
@@ -301,10 +301,4 @@ def write_all(report_dir: Path, results: list[CaseResult], env: dict[str, Any],
                  markdown(public, env, run_dir, svgs)]
         fsutil.write_together([(run_dir / name, text.encode("utf-8")) for name, text in zip(REPORT_NAMES, texts)])
         published = rset.publish()
-    except BaseException:
-        try:
-            rset.discard()
-        except Exception:  # noqa: BLE001 - the first error is the one to report
-            pass
-        raise
     return published[: len(REPORT_NAMES)]

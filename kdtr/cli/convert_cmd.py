@@ -6,7 +6,9 @@ file and the field (tensor, metadata entry, suffix), as the other commands do.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 
 import click
 
@@ -17,6 +19,23 @@ from kdtr.text import printable
 def _fail(msg: str) -> None:
     click.echo(f"kdtr: error: {printable(msg)}", err=True)
     sys.exit(2)
+
+
+@contextlib.contextmanager
+def _refusals(kconvert, path: str) -> Iterator[None]:
+    """Every error of reading or writing ``path`` as one line and exit 2: a ConvertError
+    (it names the file and field itself), a format error, a missing optional package
+    (ImportError, e.g. safetensors) or an OSError (both named with ``path``)."""
+    try:
+        yield
+    except kconvert.ConvertError as exc:
+        _fail(str(exc))
+    except KdtrError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+    except ImportError as exc:
+        _fail(f"{path}: {exc}")
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}")
 
 
 @click.command("convert")
@@ -40,33 +59,9 @@ def convert(src: str, dst: str, force: bool, compress: bool) -> None:
     except kconvert.ConvertError as exc:
         _fail(str(exc))
         return
-    try:
+    with _refusals(kconvert, src):
         contents = kconvert.read(src)
-    except kconvert.ConvertError as exc:
-        _fail(str(exc))
-        return
-    except KdtrError as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
-        return
-    except ImportError as exc:
-        _fail(f"{src}: {exc}")
-        return
-    except OSError as exc:
-        _fail(f"{src}: {exc.strerror or exc}")
-        return
-    try:
+    with _refusals(kconvert, dst):
         kconvert.write(dst, contents, compress=compress)
-    except kconvert.ConvertError as exc:
-        _fail(str(exc))
-        return
-    except KdtrError as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
-        return
-    except ImportError as exc:
-        _fail(f"{dst}: {exc}")
-        return
-    except OSError as exc:
-        _fail(f"{dst}: {exc.strerror or exc}")
-        return
     click.echo(printable(f"{dst}: {len(contents.tensors)} tensors, {len(contents.metadata)} metadata entries "
                          f"(from {src})"))

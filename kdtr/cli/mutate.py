@@ -727,15 +727,9 @@ def write_reports(report_dir: Path, results: list[MutantResult], triage: dict[tu
     js = (json.dumps(to_json(results, triage, env), indent=1) + "\n").encode()
     rset = fsutil.ReportSet(report_dir, "mutation", MUTATION_REPORTS)
     run_dir = rset.begin()
-    try:
+    with rset.discarded_on_error():
         fsutil.write_together([(run_dir / MUTATION_REPORTS[0], js), (run_dir / MUTATION_REPORTS[1], md)])
         return rset.publish()
-    except BaseException:
-        try:
-            rset.discard()
-        except Exception:  # noqa: BLE001 - the first error is the one to report
-            pass
-        raise
 
 
 MUTATION_REPORTS = ("mutation.json", "mutation.md")
