@@ -30,7 +30,7 @@ from kdtr.runner import BATCH_TAG
 
 SCALE = float(os.environ.get("KDTR_TEST_TIME_SCALE", "1") or 1)
 HANG_GUARD = 120.0 * SCALE  # seconds; a hang guard, never a verdict
-SHORT_TIMEOUT = 3.0 * SCALE  # seconds; `kdtr run --timeout` with a fake made by copy_fake()
+SHORT_TIMEOUT = 10.0 * SCALE  # seconds; `kdtr run --timeout` with a fake made by copy_fake()
 
 
 def wait_for(done: Callable[[], bool], what: str, guard: float = HANG_GUARD) -> None:
