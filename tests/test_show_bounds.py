@@ -87,7 +87,10 @@ def test_long_chains_render_in_bounded_time_memory_and_size(tmp_path):
             hook = case_svg(SimpleNamespace(case=case, output_file=out, outputs=[]))
             sizes.append(dict(exit=r.exit_code, text=r.output, svg=len(Path(svg).read_text()),
                               hook=len(hook.read_text())))
-        print(json.dumps(dict(sizes=sizes, maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))
+        # VmHWM: this process's own peak (ru_maxrss carries the parent's peak across fork + exec,
+        # so under a long pytest session it reports pytest's memory, not this drawing's)
+        hwm = next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+        print(json.dumps(dict(sizes=sizes, maxrss_kb=hwm)))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, COLUMNS="160"))
