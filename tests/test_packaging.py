@@ -131,3 +131,13 @@ def test_an_explicit_golden_dir_gets_the_plain_message(installed, tmp_path):
     _, env = installed
     r = _kdtr(env, tmp_path, "list", "--golden-dir", str(tmp_path / "nope"))
     assert r.returncode == 2 and r.stderr.strip() == f"kdtr: error: golden directory {tmp_path / 'nope'} does not exist"
+
+
+def test_an_installed_kdtr_mutate_says_it_needs_a_checkout(installed, tmp_path):
+    """`kdtr mutate` plants bugs in the C++ sources of a checkout: an installed kdtr names
+    KDTR_ROOT instead of only '<site>/mutants: no catalogue files'."""
+    _, env = installed
+    r = _kdtr(env, tmp_path, "mutate")
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "set KDTR_ROOT to one" in lines[0], r.stderr

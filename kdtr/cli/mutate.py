@@ -157,7 +157,13 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
     files = sorted(cat_dir.glob("*.toml"))
     files = [p for p in files if p.name != TRIAGE_FILE]
     if not files:
-        raise CatalogueError(f"{cat_dir}: no catalogue files (<op>.toml)")
+        hint = ""
+        if cat_dir == root / CATALOGUE_DIR and not (root / "cuda_tests").is_dir():
+            # an installed kdtr (no checkout above the package): the catalogue, the sources it
+            # mutates and the Makefile live in a checkout
+            hint = ("; kdtr mutate needs a kdtr checkout (mutants/, cuda_tests/, Makefile): set KDTR_ROOT to one, "
+                    "or give --catalogue-dir")
+        raise CatalogueError(f"{cat_dir}: no catalogue files (<op>.toml){hint}")
     mutants: list[Mutant] = []
     seen: set[str] = set()
     texts: dict[str, str] = {}
