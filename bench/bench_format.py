@@ -70,6 +70,9 @@ sys.path.insert(0, str(ROOT))
 
 import kdtr  # noqa: E402
 import kdtr.format as F  # noqa: E402
+from kdtr.format import layout as FL  # noqa: E402
+from kdtr.format import read as FR  # noqa: E402
+from kdtr.format import write as FW  # noqa: E402
 
 BIG_TENSORS = 8
 BIG_TENSOR_BYTES = 64 << 20  # 8 x 64 MiB = 512 MiB
@@ -141,12 +144,12 @@ def mapped_read(path):
 
 
 def load_with_zlib(path):
-    saved = F._crc32
-    F._crc32 = zlib.crc32
+    saved = FL._crc32
+    FL._crc32 = zlib.crc32
     try:
         load_verify(path)
     finally:
-        F._crc32 = saved
+        FL._crc32 = saved
 
 
 def run_quiet(cmd, env=None):
@@ -287,7 +290,7 @@ def main() -> int:
         # --- 4a: save of the 512 MiB file -------------------------------------------------
         say("### 4a. `kdtr.save` vs a raw durable write, 512 MiB\n")
         head, placed, data_end = F.encode(big)
-        chunks = list(F._file_chunks(head, placed, data_end))
+        chunks = list(FW._file_chunks(head, placed, data_end))
         out_k, out_r = d / "save.kdtr", d / "raw.bin"
         t = alternate({
             "save": lambda: kdtr.save(out_k, big),
@@ -336,8 +339,8 @@ def main() -> int:
         body = data[F.PREAMBLE_LEN : F.PREAMBLE_LEN + int.from_bytes(data[12:16], "little") - 4]
         ds = F.PREAMBLE_LEN + len(body) + 4
         tp = alternate({
-            "fast": lambda: F._parse_body_fast(body, len(data), ds, 0),
-            "checked": lambda: F._parse_body_checked("x", body, len(data), ds, 0),
+            "fast": lambda: FR._parse_body_fast(body, len(data), ds, 0),
+            "checked": lambda: FR._parse_body_checked("x", body, len(data), ds, 0),
             "encode": lambda: F.encode(many, meta),
         }, R)
         say(f"| header parse alone, one pass (`_parse_body_fast`) | {fmt_s(tp['fast'])} | {min(tp['fast']) / MANY * 1e6:.1f} us |")
@@ -355,7 +358,7 @@ def main() -> int:
 
         say(f"### 4b. `kdtr.save` vs a raw durable write, {MANY} tensors\n")
         head, placed, data_end = F.encode(many, meta)
-        chunks = list(F._file_chunks(head, placed, data_end))
+        chunks = list(FW._file_chunks(head, placed, data_end))
         fns = {
             "save": lambda: kdtr.save(out_k, many, meta),
             "raw": lambda: raw_durable_write(out_r, chunks),

@@ -1,4 +1,4 @@
-"""Builders of valid and malformed KDTR files, independent of kdtr/format.py.
+"""Builders of valid and malformed KDTR files, independent of kdtr/format/.
 
 Every byte is laid out here with :mod:`struct` from docs/kdtr-format.md, so the format
 tests do not trust the writer under test. :data:`CASES` holds one or more malformed files

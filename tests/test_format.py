@@ -1,4 +1,4 @@
-"""Tests of the KDTR v1 Python reader and writer (kdtr/format.py) against docs/kdtr-format.md.
+"""Tests of the KDTR v1 Python reader and writer (kdtr/format/) against docs/kdtr-format.md.
 
 The malformed files come from tests/malformed.py, which lays bytes out by hand and does not
 use the writer under test.
@@ -26,6 +26,8 @@ import pytest
 import kdtr
 import kdtr.errors as E
 import kdtr.format as F
+from kdtr.format import layout as FL
+from kdtr.format import write as FW
 import malformed as M
 
 CASE_IDS = [c[0] for c in M.CASES]
@@ -113,7 +115,9 @@ def test_checks_hold_under_python_O(tmp_path, repo_root):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("module", ["format.py", "errors.py", "dtypes.py"])
+@pytest.mark.parametrize(
+    "module", ["format/__init__.py", "format/layout.py", "format/read.py", "format/write.py", "errors.py", "dtypes.py"]
+)
 def test_no_assert_in_validation_code(repo_root, module):
     tree = ast.parse((repo_root / "kdtr" / module).read_text(encoding="utf-8"))
     asserts = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]
@@ -235,12 +239,12 @@ def test_the_size_rule_is_numpys(tmp_path):
     ((2**63 - 1,), 2, 2**63 - 1), ((2**31, 2**31 - 1), 11, 2**63 - 2**32), ((), 13, 8), ((3, 0), 12, 0),
 ])
 def test_checked_nbytes(shape, dtype, nbytes):
-    """kdtr.format._checked_nbytes directly: nbytes, or SizeOverflow (None)."""
+    """kdtr.format.layout._checked_nbytes directly: nbytes, or SizeOverflow (None)."""
     if nbytes is None:
         with pytest.raises(E.SizeOverflow):
-            F._checked_nbytes("p", "w", 0, shape, M.ITEMSIZE[dtype])
+            FL._checked_nbytes("p", "w", 0, shape, M.ITEMSIZE[dtype])
     else:
-        assert F._checked_nbytes("p", "w", 0, shape, M.ITEMSIZE[dtype]) == nbytes
+        assert FL._checked_nbytes("p", "w", 0, shape, M.ITEMSIZE[dtype]) == nbytes
 
 
 def test_empty_file_of_no_tensors_and_no_metadata(tmp_path):
@@ -412,13 +416,13 @@ def test_verify_false_does_not_read_tensor_data(tmp_path, monkeypatch):
     path = _write(tmp_path, data)
     data_start = M.valid_file().data_start()
     crc_lengths: list[int] = []
-    real_crc32 = F._crc32  # the CRC-32 the reader uses (isal's, or zlib's as the fallback)
+    real_crc32 = FL._crc32  # the CRC-32 the reader uses (isal's, or zlib's as the fallback)
 
     def counting_crc32(buf, *args):
         crc_lengths.append(len(memoryview(buf).cast("B")))
         return real_crc32(buf, *args)
 
-    monkeypatch.setattr(F, "_crc32", counting_crc32)
+    monkeypatch.setattr(FL, "_crc32", counting_crc32)
     with kdtr.load(path, verify=False):
         pass
     assert crc_lengths == [data_start - 4]
@@ -600,7 +604,7 @@ def test_atomic_write_leaves_nothing_behind(tmp_path, monkeypatch, target, exist
     def boom(*args, **kwargs):
         raise OSError(28, "simulated failure")
 
-    monkeypatch.setattr(F.os, target, boom)
+    monkeypatch.setattr(os, target, boom)
     tensors, metadata = M.valid_file_contents()
     with pytest.raises(OSError, match="simulated failure"):
         kdtr.save(dest, tensors, metadata)
@@ -615,7 +619,7 @@ def test_atomic_write_leaves_nothing_behind(tmp_path, monkeypatch, target, exist
 def test_interrupted_write_leaves_nothing_behind(tmp_path, monkeypatch):
     """A KeyboardInterrupt in the middle of writing tensor data (BaseException, not OSError)."""
     dest = tmp_path / "golden.kdtr"
-    real_chunks = F._file_chunks
+    real_chunks = FW._file_chunks
     written = []
 
     def chunks_then_interrupt(*args):
@@ -625,7 +629,7 @@ def test_interrupted_write_leaves_nothing_behind(tmp_path, monkeypatch):
             written.append(len(memoryview(chunk).cast("B")))
             yield chunk
 
-    monkeypatch.setattr(F, "_file_chunks", chunks_then_interrupt)
+    monkeypatch.setattr(FW, "_file_chunks", chunks_then_interrupt)
     tensors, metadata = M.valid_file_contents()
     with pytest.raises(KeyboardInterrupt):
         kdtr.save(dest, tensors, metadata)
@@ -766,7 +770,7 @@ def test_mmap_true_truncation_is_the_documented_sigbus(tmp_path, repo_root):
 def test_mmap_false_file_that_shrinks_while_read(tmp_path, monkeypatch):
     """The size is taken at open; a file that then ends early is Io, not a short parse."""
     path = _write(tmp_path, M.valid_file_bytes())
-    monkeypatch.setattr(F.os, "fstat", _fstat_claiming(100))
+    monkeypatch.setattr(os, "fstat", _fstat_claiming(100))
     with pytest.raises(E.Io) as info:
         kdtr.load(path, mmap=False)
     assert "shrank" in str(info.value) and str(info.value).startswith(f"{path}: file: ")
@@ -788,7 +792,7 @@ def test_file_that_shrinks_below_the_preamble_after_fstat(tmp_path, monkeypatch,
     """The mapping's own length is what is parsed: a file cut (here: fstat over-reporting)
     to fewer bytes than the preamble is Truncated, never a construct or mmap error."""
     path = _write(tmp_path, M.valid_file_bytes()[:length])
-    monkeypatch.setattr(F.os, "fstat", _fstat_claiming(1000))
+    monkeypatch.setattr(os, "fstat", _fstat_claiming(1000))
     with pytest.raises(E.Truncated) as info:
         kdtr.load(path)
     assert str(path) in str(info.value)

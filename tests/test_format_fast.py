@@ -1,6 +1,6 @@
 """The fast paths of the KDTR format (checksums, the header in one pass).
 
-CRC-32: kdtr/format.py computes zlib's CRC-32 with python-isal (``isal_zlib.crc32``) and
+CRC-32: kdtr/format/layout.py picks zlib's CRC-32 with python-isal (``isal_zlib.crc32``) and
 falls back to ``zlib.crc32`` where isal cannot be imported; cuda_tests/include/kdtr.hpp
 uses ISA-L's ``crc32_gzip_refl`` when the Makefile's probe finds it (``-DKDTR_HAVE_ISAL``)
 and zlib's ``crc32`` otherwise. Both pairs must give the same values on every input, and
@@ -29,6 +29,8 @@ import pytest
 
 import kdtr
 import kdtr.format as F
+from kdtr.format import layout as FL
+from kdtr.format import read as FR
 import malformed as M
 from conftest import REPO_ROOT
 
@@ -42,23 +44,23 @@ _NP = {c: d.numpy for c, d in F.DTYPE_BY_CODE.items()}
 def test_isal_is_the_crc_in_use():
     """isal is a declared dependency: an import that silently fell back would cost 4x."""
     assert F.CRC32_IMPL == "isal"
-    assert F._crc32 is F._isal_crc32 and F._crc32 is not zlib.crc32
+    assert FL._crc32 is FL._isal_crc32 and FL._crc32 is not zlib.crc32
 
 
 def test_isal_crc32_equals_zlib_on_random_data():
     rng = np.random.default_rng(12)
     buf = rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
     view = memoryview(buf)
-    assert F._isal_crc32(b"123456789") == zlib.crc32(b"123456789") == 0xCBF43926  # the check value
+    assert FL._isal_crc32(b"123456789") == zlib.crc32(b"123456789") == 0xCBF43926  # the check value
     for start in range(0, 64):  # every alignment
         for n in list(range(0, 300)) + [511, 512, 513, 4095, 4096, 4097, 65537]:
             chunk = view[start : start + n]
-            assert F._isal_crc32(chunk) == zlib.crc32(chunk), (start, n)
-    assert F._isal_crc32(view) == zlib.crc32(view)
+            assert FL._isal_crc32(chunk) == zlib.crc32(chunk), (start, n)
+    assert FL._isal_crc32(view) == zlib.crc32(view)
     for value in (0, 1, 0xDEADBEEF, 0xFFFFFFFF):  # the running value of a chunked CRC
-        assert F._isal_crc32(view[:1000], value) == zlib.crc32(view[:1000], value)
+        assert FL._isal_crc32(view[:1000], value) == zlib.crc32(view[:1000], value)
     arr = rng.integers(0, 256, (64, 33), dtype=np.uint8)  # the writer passes numpy arrays
-    assert F._isal_crc32(arr) == zlib.crc32(arr)
+    assert FL._isal_crc32(arr) == zlib.crc32(arr)
 
 
 def test_isal_crc32_on_a_large_mapping():
@@ -71,14 +73,14 @@ def test_isal_crc32_on_a_large_mapping():
         for at in (0, 4097, (1 << 31) - 1, (1 << 31) + 7, n - 1):
             mm[at] = 0xA5
         with memoryview(mm) as view:
-            assert F._isal_crc32(view) == zlib.crc32(view)
-            assert F._isal_crc32(view[3:]) == zlib.crc32(view[3:])
+            assert FL._isal_crc32(view) == zlib.crc32(view)
+            assert FL._isal_crc32(view[3:]) == zlib.crc32(view[3:])
     finally:
         mm.close()
 
 
 def _save_and_load_under(monkeypatch, crc, path: Path, tensors, metadata):
-    monkeypatch.setattr(F, "_crc32", crc)
+    monkeypatch.setattr(FL, "_crc32", crc)
     kdtr.save(path, tensors, metadata)
     with kdtr.load(path, verify=True) as f:
         return path.read_bytes(), {k: v.tobytes() for k, v in f.tensors.items()}
@@ -93,13 +95,13 @@ def test_zlib_fallback_writes_and_reads_the_same_files(tmp_path, monkeypatch):
         "empty": np.zeros((0, 4), np.uint16),
     }
     meta = {"op": "x", "seed": 3}
-    got_isal = _save_and_load_under(monkeypatch, F._isal_crc32, tmp_path / "i.kdtr", tensors, meta)
+    got_isal = _save_and_load_under(monkeypatch, FL._isal_crc32, tmp_path / "i.kdtr", tensors, meta)
     got_zlib = _save_and_load_under(monkeypatch, zlib.crc32, tmp_path / "z.kdtr", tensors, meta)
     assert got_isal == got_zlib
-    monkeypatch.setattr(F, "_crc32", zlib.crc32)  # each reads the other's file
+    monkeypatch.setattr(FL, "_crc32", zlib.crc32)  # each reads the other's file
     with kdtr.load(tmp_path / "i.kdtr", verify=True):
         pass
-    monkeypatch.setattr(F, "_crc32", F._isal_crc32)
+    monkeypatch.setattr(FL, "_crc32", FL._isal_crc32)
     with kdtr.load(tmp_path / "z.kdtr", verify=True):
         pass
 
@@ -108,8 +110,8 @@ def test_zlib_fallback_writes_and_reads_the_same_files(tmp_path, monkeypatch):
 def test_zlib_fallback_agrees_on_the_goldens(monkeypatch, golden):
     """Under either CRC every committed golden verifies and rewrites to its own bytes."""
     data = golden.read_bytes()
-    for crc in (zlib.crc32, F._isal_crc32):
-        monkeypatch.setattr(F, "_crc32", crc)
+    for crc in (zlib.crc32, FL._isal_crc32):
+        monkeypatch.setattr(FL, "_crc32", crc)
         with kdtr.load(golden, verify=True) as f:
             assert F.to_bytes(f.tensors, f.metadata) == data
 
@@ -122,8 +124,8 @@ import sys
 sys.modules["isal"] = None  # makes `import isal` raise ImportError
 sys.modules["isal.isal_zlib"] = None
 import zlib
-import kdtr, kdtr.format as F
-assert F.CRC32_IMPL == "zlib" and F._crc32 is zlib.crc32, F.CRC32_IMPL
+import kdtr, kdtr.format as F, kdtr.format.layout as FL
+assert F.CRC32_IMPL == "zlib" and FL._crc32 is zlib.crc32, F.CRC32_IMPL
 with kdtr.load({str(golden)!r}, verify=True) as f:
     assert F.to_bytes(f.tensors, f.metadata) == open({str(golden)!r}, "rb").read()
 print("zlib ok")
@@ -185,9 +187,9 @@ def _split(data: bytes) -> tuple[bytes, int, int, int]:
 
 def _both(body: bytes, size: int, data_start: int, minor: int):
     """(fast result, checked result or the exception it raised)."""
-    fast = F._parse_body_fast(body, size, data_start, minor)
+    fast = FR._parse_body_fast(body, size, data_start, minor)
     try:
-        checked = F._parse_body_checked("<t>", body, size, data_start, minor)
+        checked = FR._parse_body_checked("<t>", body, size, data_start, minor)
     except kdtr.KdtrError as exc:
         checked = exc
     return fast, checked
@@ -367,7 +369,7 @@ def test_valid_files_never_take_the_checked_reader(tmp_path, monkeypatch):
     f.minor = 1
     f.extension = b"\x01\x02\x03"
     minor_ext.write_bytes(f.render())
-    monkeypatch.setattr(F, "_parse_body_checked", refuse)
+    monkeypatch.setattr(FR, "_parse_body_checked", refuse)
     for path in [*GOLDENS, many, minor_ext]:
         with kdtr.load(path, verify=True) as got:
             assert got.tensors or got.metadata

@@ -447,8 +447,8 @@ def test_killed_save_leaves_nothing_under_the_final_name(tmp_path, repo_root):
     name, and the temporary file left behind is ``.<name>.<random>.tmp``, which git ignores."""
     dest = tmp_path / "golden.kdtr"
     code = (
-        "import os, signal, numpy as np, kdtr, kdtr.format as F\n"
-        "F.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "import os, signal, numpy as np, kdtr\n"
+        "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"kdtr.save({str(dest)!r}, {{'x': np.arange(1000, dtype=np.int32)}})\n"
     )
     env = dict(os.environ, PYTHONPATH=str(repo_root))
@@ -528,7 +528,7 @@ def test_atomic_write_fsyncs_file_then_directory(tmp_path, monkeypatch):
         kinds.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
         real(fd)
 
-    monkeypatch.setattr(F.os, "fsync", spy)
+    monkeypatch.setattr(os, "fsync", spy)
     F.atomic_write(tmp_path / "s", b"x")
     assert kinds == ["file", "dir"]
 
@@ -540,7 +540,7 @@ def test_killed_atomic_write_leaves_an_ignored_temp_named_after_a_long_name(tmp_
     (tmp_path / name).write_bytes(b"old")
     code = (
         "import os, signal, kdtr.format as F\n"
-        "F.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"F.atomic_write({str(tmp_path / name)!r}, b'new')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(repo_root))
@@ -596,8 +596,8 @@ def test_atomic_write_together_renames_only_after_all_are_written_and_removes_no
         unlinked.append(os.path.basename(name))
         real_unlink(name, **kw)
 
-    monkeypatch.setattr(F.os, "unlink", unlink)
-    monkeypatch.setattr(F.os, "replace", replace_once)
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "replace", replace_once)
     with pytest.raises(KeyboardInterrupt):
         F.atomic_write_together([(paths[0], b"new a"), (paths[1], b"new b")])
     monkeypatch.undo()
@@ -610,7 +610,7 @@ def test_atomic_write_together_renames_only_after_all_are_written_and_removes_no
 def test_atomic_write_of_a_single_file_never_removes_the_old_one_first(tmp_path, monkeypatch):
     dest = tmp_path / "only"
     dest.write_bytes(b"old")
-    monkeypatch.setattr(F.os, "unlink", lambda *a, **k: pytest.fail("unlinked"))
+    monkeypatch.setattr(os, "unlink", lambda *a, **k: pytest.fail("unlinked"))
     F.atomic_write_together([(dest, b"new")])
     assert dest.read_bytes() == b"new"
 
