@@ -20,7 +20,7 @@ from test_runner import env, invoke  # noqa: F401  (env is a fixture)
 
 import kdtr
 from kdtr import fsutil, runner
-from kdtr.cli import mutate as mut
+from kdtr import mutate as mut
 from kdtr.cli.main import main
 
 PRECIOUS = b"someone else's file\n" * 8
@@ -97,7 +97,7 @@ def _no_build(*a, **k):
 def test_mutate_refuses_a_symlinked_cache_lock(tmp_path, repo_root, monkeypatch):
     """build/mutate/.lock as a link: refused before the cache is touched, the target intact
     (the old code opened it with "w": the target was truncated to 0 bytes)."""
-    monkeypatch.setattr(mut, "_make", _no_build)
+    monkeypatch.setattr(mut.workspace, "_make", _no_build)
     cache = tmp_path / "cache"
     cache.mkdir()
     target = _precious(tmp_path)
@@ -109,7 +109,7 @@ def test_mutate_refuses_a_symlinked_cache_lock(tmp_path, repo_root, monkeypatch)
 
 def test_kdtr_mutate_refuses_a_symlinked_lock_in_one_line(tmp_path, repo_root, monkeypatch):
     """The command: exit 2, one line naming build/mutate/.lock, nothing built."""
-    monkeypatch.setattr(mut, "_make", _no_build)
+    monkeypatch.setattr(mut.workspace, "_make", _no_build)
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy2(repo_root / "Makefile", root / "Makefile")
@@ -129,7 +129,7 @@ def test_kdtr_mutate_refuses_a_symlinked_lock_in_one_line(tmp_path, repo_root, m
 def test_mutate_cache_removes_only_its_own_directories(tmp_path, repo_root, monkeypatch):
     """An old cached build is removed only if it carries kdtr's marker: a link named
     base-* (to someone's directory) and an unmarked directory are left alone."""
-    monkeypatch.setattr(mut, "_make", _no_build)
+    monkeypatch.setattr(mut.workspace, "_make", _no_build)
     cache = tmp_path / "cache"
     cache.mkdir()
     theirs = tmp_path / "theirs"

@@ -1,4 +1,4 @@
-"""kdtr mutate (kdtr/cli/mutate.py, docs/mutation.md): the catalogue's schema and that every
+"""kdtr mutate (kdtr/mutate/, docs/mutation.md): the catalogue's schema and that every
 entry still applies to today's code, the generic pass's line selection and sampling, the
 scoring, and one end-to-end run over a small catalogue whose outcomes are known."""
 
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from kdtr import goldens
-from kdtr.cli import mutate as mut
+from kdtr import mutate as mut
 from kdtr.cli.main import main
 
 from conftest import REPO_ROOT

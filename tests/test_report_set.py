@@ -1,5 +1,5 @@
 """The report set of a run is replaced as one unit (kdtr/fsutil.py ReportSet,
-kdtr/report.py write_all, kdtr/cli/mutate.py write_reports).
+kdtr/report.py write_all, kdtr/mutate/report.py write_reports).
 
 The writer is killed after each of its file-system operations in turn (every call of
 os.open, mkdir, symlink, replace, rename, link, unlink, rmdir, fsync and the directory
@@ -262,7 +262,7 @@ def _mutation_runs(rdir: Path) -> set[str | None]:
 
 
 def test_kdtr_mutate_reports_are_one_set_too(tmp_path):
-    from kdtr.cli import mutate as mut
+    from kdtr import mutate as mut
 
     k = 1
     while True:

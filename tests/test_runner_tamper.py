@@ -30,7 +30,7 @@ from click.testing import CliRunner
 import kdtr
 from conftest import golden_subset, op_binary
 from kdtr import runner, testing
-from kdtr.cli import mutate
+from kdtr import mutate
 from kdtr.cli.main import main
 
 pytest_plugins = ["pytester"]

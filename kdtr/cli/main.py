@@ -16,8 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import click
@@ -39,6 +37,8 @@ from kdtr.text import printable, terminal_columns
 from kdtr.cli.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
 
 from kdtr.cli.convert_cmd import convert as convert_command  # kdtr convert
+
+from kdtr.cli.mutate import mutate as mutate_command  # kdtr mutate (its engine, kdtr.mutate, is imported when it runs)
 
 import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY): the core of kdtr/ never imports it
 
@@ -423,114 +423,6 @@ def diff(expected, actual) -> None:
     sys.exit(0 if ok else 1)
 
 
-@main.command()
-@click.option("--only", "only", multiple=True, metavar="PATTERN",
-              help="Run only the mutants whose id matches this glob (repeatable), e.g. 'tree_accept/*'.")
-@click.option("--generic/--no-generic", default=False, show_default=True,
-              help="Also run the generic operator pass (universalmutator; pip install -e '.[mutate]').")
-@click.option("--sample", type=click.IntRange(0), default=100, show_default=True,
-              help="Generic pass: a fixed random sample of this many mutants per op (0: every one).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Generic pass: the sample's seed.")
-@click.option("--catalogue/--no-catalogue", default=True, show_default=True, help="Run the mutant catalogue.")
-@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1,
-              show_default="cores", help="Mutants built and run at once.")
-@click.option("--cxxflags", default=None, help="CXXFLAGS of the mutant builds. Default: the Makefile's (-O2).")
-@click.option("--catalogue-dir", type=click.Path(file_okay=False),
-              help="The catalogue (<op>.toml files) and generic_triage.toml. Default: <repo>/mutants.")
-@click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
-@click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, catalogue_dir, golden_dir, report_dir) -> None:
-    """Plant each catalogued bug alone in a scratch copy of the CPU cores, rebuild, run the
-    committed goldens; write reports/mutation.md and .json (docs/mutation.md).
-
-    Exit 1 if a catalogue mutant survives (or does not compile, or is wrongly declared
-    equivalent), or a generic survivor is not triaged as equivalent."""
-    from kdtr.cli import mutate as mut
-
-    root = goldens.repo_root()
-    gdir = _root_path(golden_dir, root / "golden")
-    rdir = _root_path(report_dir, root / "reports")
-    generic_note = ""
-    children.install_signal_handlers()  # from here SIGTERM / SIGHUP raise children.Terminated
-    try:
-        try:
-            cdir = _root_path(catalogue_dir, root / mut.CATALOGUE_DIR)
-            mutants = mut.load_catalogue(root, cdir) if catalogue else []
-            triage = mut.load_triage(root, cdir)
-            if generic:
-                everything = mut.generic_mutants(root)
-                picked = mut.sample(everything, sample, seed)
-                generic_note = (f"{len(picked)} of {len(everything)} universalmutator mutants "
-                                f"({'all' if not sample else f'sample of {sample} per op, seed {seed}'})")
-                mutants += picked
-        except (mut.CatalogueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
-            fail_usage(printable(str(exc)))
-            return
-        mutants = mut.select(mutants, only)
-        if not mutants:
-            fail_usage("no mutant selected (check --only and --catalogue/--generic)")
-            return
-        t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
-            try:
-                console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
-                ws = mut.Workspace(root, Path(tmp), cxxflags)
-                plan = mut.prepare(root, gdir, ws, registry=kdtr.generators.REGISTRY)
-            except (RuntimeError, runner.UsageError) as exc:
-                fail_usage(printable(str(exc)))
-                return
-            except OSError as exc:  # make not found, an unreadable source or cache file
-                fail_usage(printable(f"{exc.filename or 'the unmutated build'}: {exc.strerror or exc}"))
-                return
-            with Progress(TextColumn("[bold]kdtr mutate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("{task.description}"), console=console, transient=True) as progress:
-                task = progress.add_task("", total=len(mutants))
-
-                def done(r: mut.MutantResult) -> None:
-                    if r.outcome in (mut.SURVIVED, mut.STILLBORN, mut.BAD_CLAIM) and r.mutant.kind == "catalogue":
-                        progress.console.print(f"[bold red]{r.outcome}[/] {escape(r.mutant.id)} "
-                                               f"{escape(printable(r.detail[:160]))}")
-                    progress.update(task, advance=1, description=escape(r.mutant.id))
-
-                generic_ids = {m.id for m in mutants if m.kind == "generic"}
-                results = mut.run([m for m in mutants if m.id not in generic_ids], ws, plan, jobs, done)
-                results += mut.run([m for m in mutants if m.id in generic_ids], ws, plan, jobs, done,
-                                   own_op_only=True)
-    except (children.Terminated, KeyboardInterrupt) as exc:
-        children.stop_all()  # every build, compiler and test binary still running (each in its own group)
-        click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: mutation run stopped, its builds "
-                   "and binaries killed; no report written", err=True)
-        sys.exit(128 + children.signal_number(exc))
-    env = report.environment()
-    env["commit"] = report.git_commit(root)
-    env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    env["seconds"] = round(time.monotonic() - t0, 1)
-    env["cxxflags"] = cxxflags if cxxflags is not None else "Makefile default"
-    if generic_note:
-        env["generic pass"] = generic_note
-    try:
-        paths = mut.write_reports(rdir, results, triage, env)
-    except OSError as exc:  # kdtr.fsutil.UnsafePath names the path in str()
-        fail_usage(str(exc) if isinstance(exc, fsutil.UnsafePath)
-                   else f"report directory {rdir}: cannot write the reports ({exc.strerror or exc})")
-        return
-    table = Table(title="kdtr mutation score")
-    for col in ("pass", "op", "mutants", "killed", "survived", "equivalent", "identical", "stillborn", "score"):
-        table.add_column(col, no_wrap=True)
-    for kind in ("catalogue", "generic"):
-        for op, s in mut.score([r for r in results if r.mutant.kind == kind]).items():
-            table.add_row(kind, op, str(s["mutants"]), str(s[mut.KILLED] + s[mut.BAD_CLAIM]), str(s[mut.SURVIVED]),
-                          str(s[mut.EQUIVALENT]), str(s[mut.IDENTICAL]), str(s[mut.STILLBORN]),
-                          "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%")
-    console.print(table)
-    bad = mut.failing(results, triage)
-    for r in bad:
-        console.print(printable(f"{r.outcome} {r.mutant.id} ({r.mutant.file}:{r.mutant.line}): {r.detail[:200]}"),
-                      markup=False)
-    console.print("reports: " + ", ".join(printable(str(p)) for p in paths), markup=False)
-    sys.exit(1 if bad else 0)
-
-
 @main.command("list")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 def list_(golden_dir) -> None:
@@ -578,6 +470,8 @@ def entry() -> None:
 main.add_command(show_command)
 
 main.add_command(convert_command)
+
+main.add_command(mutate_command)
 
 if __name__ == "__main__":
     entry()
