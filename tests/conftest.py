@@ -84,3 +84,16 @@ def kdtr_check() -> Path:
             pytrace=False,
         )
     return KDTR_CHECK
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    """``fake_bin(gdir, op, **kw)``: write the fake binary ``tmp_path/bin/kdtr_<op>`` for the
+    goldens in ``gdir/<op>`` (:func:`fakes.make_fake`, which takes the keywords) and return
+    its path; the binary directory is its parent."""
+    import fakes
+
+    def make(gdir: Path, op: str, **kw) -> Path:
+        return fakes.make_fake(tmp_path / "bin", gdir, op, **kw)
+
+    return make

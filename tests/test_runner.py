@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -18,50 +17,16 @@ from click.testing import CliRunner
 import kdtr
 from kdtr import goldens, runner
 from kdtr.cli.main import main
-from timing import HANG_GUARD, SHORT_TIMEOUT, copy_fake, gone, never_fifo, wait_for
-
-# A stand-in for build/bin/kdtr_tree_accept: computes the reference, or misbehaves on
-# request (FAKE_MODE=<config>:<mode>). Written in Python so no compiler is needed.
-FAKE = r'''#!{python}
-import os, signal, sys, time
-sys.path.insert(0, {root!r})
-import numpy as np, kdtr
-from kdtr.ops.tree_accept import tree_accept
-a = sys.argv
-inp, out, backend = a[a.index("--input") + 1], a[a.index("--output") + 1], a[a.index("--backend") + 1]
-config = os.path.basename(inp)[:-5]
-modes = dict(x.split(":") for x in os.environ.get("FAKE_MODE", "").split(",") if x)
-mode = modes.get(config, "")
-if backend == "cuda" and mode != "gpu":
-    print("no CUDA device", file=sys.stderr); sys.exit(3)
-if mode == "segv":
-    os.kill(os.getpid(), signal.SIGSEGV)
-if mode == "hang":
-    while True:  # forever, whatever the machine's speed: only the runner's kill ends it
-        signal.pause()
-if mode == "exit1":
-    print("cudaErrorIllegalAddress at test.cu:10", file=sys.stderr); sys.exit(1)
-g = kdtr.load(inp)
-res = tree_accept(**{{k[6:]: v for k, v in g.tensors.items() if k.startswith("input.")}}).as_dict()
-if mode == "wrong":
-    res["proposed"] = res["proposed"].copy(); res["proposed"][1, 2] += 5
-if mode == "garbage":
-    open(out, "wb").write(b"not a kdtr file"); sys.exit(0)
-kdtr.save(out, res, {{"op": "tree_accept"}})
-'''
-
+from timing import HANG_GUARD, SHORT_TIMEOUT, gone, never_fifo, wait_for
 
 @pytest.fixture
-def env(tmp_path, repo_root):
-    """A private copy of the tree_accept goldens and a fake binary directory."""
+def env(tmp_path, repo_root, fake_bin):
+    """A private copy of the tree_accept goldens and a fake binary directory (tests/fakes.py:
+    each golden passes unless $FAKE_MODE, given by invoke(mode=...), says otherwise)."""
     gdir = tmp_path / "golden"
     shutil.copytree(repo_root / "golden" / "tree_accept", gdir / "tree_accept")
-    bdir = tmp_path / "bin"
-    bdir.mkdir()
-    fake = bdir / "kdtr_tree_accept"
-    fake.write_text(FAKE.format(python=sys.executable, root=str(repo_root)))
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     relist(gdir)
+    bdir = fake_bin(gdir, "tree_accept", wrong_tensor="proposed").parent
     return tmp_path, gdir, bdir
 
 
@@ -76,8 +41,10 @@ def relist(gdir):
     goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
 
 
-def invoke(tmp_path, gdir, bdir, *args, mode="", timeout="60"):
-    env = dict(os.environ, FAKE_MODE=mode)
+def invoke(tmp_path, gdir, bdir, *args, mode="", timeout="60", **extra):
+    """``kdtr run`` on ``gdir`` with the binaries of ``bdir``; ``mode`` is $FAKE_MODE and
+    ``extra`` more environment variables for the fake (tests/fakes.py)."""
+    env = dict(os.environ, FAKE_MODE=mode, **extra)
     return CliRunner().invoke(
         main,
         ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
@@ -164,15 +131,16 @@ def test_wrong_kernel_output_is_mismatch(env):
 @pytest.mark.parametrize(
     "mode,status,words",
     [("segv", "CRASH", "SIGSEGV"), ("exit1", "CRASH", "cudaErrorIllegalAddress"),
-     ("hang", "TIMEOUT", "killed after"), ("garbage", "ERROR", "output file unreadable")],
+     pytest.param("hang", "TIMEOUT", "killed after", marks=pytest.mark.slow),
+     ("garbage", "ERROR", "output file unreadable")],
 )
 def test_crash_timeout_and_bad_output_are_statuses(env, mode, status, words):
     tmp_path, gdir, bdir = env
-    timeout = "60"  # a hang guard: the fake's Python start-up takes seconds on a busy machine
-    if mode == "hang":  # a fake that copies outputs (milliseconds) and blocks forever at chain
-        copy_fake(bdir, gdir, "tree_accept", block=("chain",))
-        timeout = f"{SHORT_TIMEOUT:g}"
-    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", mode=f"chain:{mode}", timeout=timeout)
+    # the fake copies outputs (milliseconds) and, for hang, blocks forever at chain; one
+    # process per golden, so that a hang waits out the timeout once (test_runner_batch.py
+    # has the hang inside a batch)
+    timeout = f"{SHORT_TIMEOUT:g}" if mode == "hang" else "60"
+    r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--no-batch", mode=f"chain:{mode}", timeout=timeout)
     assert r.exit_code == 1
     cases = report_cases(tmp_path)
     assert cases["tree_accept/chain@cpu"]["status"] == status
@@ -273,6 +241,7 @@ def test_select_unit():
         runner.select(g, ["x/y"])
 
 
+@pytest.mark.slow  # waits out SHORT_TIMEOUT
 def test_timeout_kills_the_whole_process_group(env):
     tmp_path, gdir, bdir = env
     pidfile = tmp_path / "child.pid"

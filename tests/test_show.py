@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -20,7 +18,8 @@ from click.testing import CliRunner
 import kdtr
 from kdtr.ops.tree_accept import tree_accept
 from kdtr.cli.main import main
-from test_runner import FAKE, relist, report_cases
+from fakes import make_fake
+from test_runner import relist, report_cases
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
@@ -198,11 +197,7 @@ def test_report_links_the_svg_of_a_failing_tree_accept_case(tmp_path, repo_root)
         if p.stem not in ("chain", "mid"):
             p.unlink()
     relist(gdir)
-    bdir = tmp_path / "bin"
-    bdir.mkdir()
-    fake = bdir / "kdtr_tree_accept"
-    fake.write_text(FAKE.format(python=sys.executable, root=str(repo_root)))
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    bdir = make_fake(tmp_path / "bin", gdir, "tree_accept", wrong_tensor="proposed").parent
     r = CliRunner().invoke(
         main, ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
                "--backend", "cpu"],
