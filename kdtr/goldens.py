@@ -8,6 +8,11 @@ independence of goldens"). Committed goldens stay under :data:`COMMITTED_BUDGET`
 whose generator marks them ``tier = "cache"`` are too large to commit: they are listed
 in the manifest with their hash and generated on demand into a cache directory.
 
+What a run judges also starts here: :func:`discover` (the goldens on disk, and the second
+tier on demand), :func:`check_manifest` (each held to its manifest entry: the vouches of
+:mod:`kdtr.vouch`), :func:`load_known_failures` and :func:`stale_waivers` (the waivers of
+``golden/known_failures.json``).
+
 The configurations come from a :class:`kdtr.registry.Registry` passed in by the caller
 (``kdtr.generators.REGISTRY`` for the ``kdtr`` command); this module never imports generators.
 """
@@ -20,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -30,10 +36,12 @@ from typing import Any
 import numpy as np
 
 from . import format as kformat
-from . import fsutil
+from . import fsutil, userfiles
 from .compare import ulp_distance
 from .errors import KdtrError
 from .registry import Registry
+from .vouch import Vouch, vouches_of_manifest
+from .vouch import sha256_of as sha256_now
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_FORMAT = 1
@@ -446,3 +454,151 @@ def ensure_cached(golden_dir: Path, registry: Registry, op: str, config: str, ca
     if entry["sha256"] != want:
         raise ValueError(f"{path}: regenerated second-tier golden does not match its manifest sha256")
     return path
+
+
+# ---------------------------------------------------------------- discovery, manifest check, waivers
+# What a run judges: the goldens on disk, each held to its MANIFEST.json entry, and the
+# waivers of golden/known_failures.json (docs/harness.md, "Goldens" and "Known failures").
+
+KNOWN_FAILURES = "known_failures.json"
+_BACKENDS = ("cpu", "cuda")  # kdtr.run.BACKENDS: a waiver's @backend must name one
+
+
+class UsageError(ValueError):
+    """Bad selection or configuration given to the runner (CLI exit code 2): no golden directory
+    or manifest, a malformed known-failures list, a pattern or option that selects nothing."""
+
+
+def discover(golden_dir: Path, second_tier: bool = False, registry: Any = None) -> list[tuple[str, str, Path]]:
+    """Every committed golden as (op, config, path), sorted; from the files on disk.
+
+    With ``second_tier``, also every manifest entry of tier "cache", generated on demand
+    from ``registry`` (a :class:`kdtr.registry.Registry`, required then) into
+    ``golden_dir/.cache`` and checked against its manifest sha256.
+
+    Raises:
+        UsageError: the directory does not exist, holds no goldens, or a second-tier
+            golden cannot be produced with its manifest hash.
+        ValueError: ``second_tier`` without a ``registry``.
+    """
+    if second_tier and registry is None:
+        raise ValueError("discover: second-tier goldens need the configuration registry")
+    if not golden_dir.is_dir():
+        raise UsageError(missing_golden_dir(golden_dir))
+    found = sorted((p.parent.name, p.stem, p) for p in golden_dir.glob("*/*.kdtr"))
+    if not found:
+        raise UsageError(f"no goldens under {golden_dir} (run `kdtr regen`)")
+    if second_tier:
+        try:
+            entries = read_manifest(golden_dir)["files"].values()
+            for e in sorted(entries, key=lambda e: (e["op"], e["config"])):
+                if e.get("tier") == "cache":
+                    found.append((e["op"], e["config"], ensure_cached(golden_dir, registry, e["op"], e["config"])))
+        except (OSError, ValueError, KeyError) as exc:
+            raise UsageError(f"second-tier goldens: {exc}") from exc
+    return found
+
+
+def check_manifest(
+    golden_dir: Path, found: list[tuple[str, str, Path]], vouched: dict[Path, Vouch] | None = None
+) -> tuple[list[tuple[str, str, Path]], dict[Path, str]]:
+    """Hold the committed goldens on disk against ``golden_dir/MANIFEST.json``.
+
+    A run never judges a golden that its manifest does not vouch for: one that is not
+    listed, not a regular file, or whose sha256 differs from its entry (a half-finished
+    regen, a hand edit, a file from another checkout); and a listed golden missing from
+    disk is a case of its own. Returns ``found`` plus the missing goldens, and the problem
+    of each golden that must not run (its cases become ERROR naming the file).
+
+    ``vouched`` (a dict, for :attr:`RunConfig.vouched`) receives the manifest's sha256 and
+    size of every golden of ``found`` that it lists, second-tier ones included: from then on
+    the run judges against those bytes only, whatever the files hold later.
+
+    Raises:
+        UsageError: no manifest, or not a kdtr manifest.
+    """
+    try:
+        listed = read_manifest(golden_dir)["files"]
+    except FileNotFoundError as exc:
+        raise UsageError(f"{golden_dir / MANIFEST_NAME}: missing (run `kdtr regen`)") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    problems: dict[Path, str] = {}
+    on_disk = set()
+    vouches = vouches_of_manifest(golden_dir, listed if isinstance(listed, dict) else {})
+    for op, config, path in found:
+        rel = f"{op}/{config}.kdtr"
+        if vouched is not None and rel in vouches:
+            vouched[path] = vouches[rel]
+        try:
+            rel_to_dir = path.relative_to(golden_dir).as_posix()
+        except ValueError:  # a second-tier golden in a cache elsewhere: checked by ensure_cached
+            continue
+        if rel_to_dir != rel:  # .cache/<op>/<config>.kdtr: checked by ensure_cached
+            continue
+        on_disk.add(rel)
+        entry = listed.get(rel)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            problems[path] = f"{path}: cannot stat: {exc.strerror or exc}"
+            continue
+        if not stat.S_ISREG(mode):
+            problems[path] = f"{path}: not a regular file"
+        elif not isinstance(entry, dict):
+            problems[path] = f"{path}: not listed in {MANIFEST_NAME} (run `kdtr regen`, or remove the file)"
+        elif entry.get("tier", "committed") != "committed":
+            problems[path] = f"{path}: listed in {MANIFEST_NAME} as second tier, found among the committed goldens"
+        else:
+            try:
+                digest = sha256_now(path)[0]
+            except OSError as exc:  # replaced since the stat (by a FIFO, a directory): never blocks
+                problems[path] = f"{path}: cannot read: {exc.strerror or exc}"
+                continue
+            if digest != entry.get("sha256"):
+                problems[path] = (f"{path}: sha256 differs from {MANIFEST_NAME} (edited, or a regen did not "
+                                  "finish: run `kdtr regen`)")
+    missing = []
+    for rel, entry in sorted(listed.items()):
+        if isinstance(entry, dict) and entry.get("tier", "committed") == "committed" and rel not in on_disk:
+            op, _, name = rel.partition("/")
+            path = golden_dir / rel
+            missing.append((op, name[: -len(".kdtr")] if name.endswith(".kdtr") else name, path))
+            problems[path] = f"{path}: listed in {MANIFEST_NAME} but missing"
+    return sorted(found + missing), problems
+
+
+def load_known_failures(golden_dir: Path) -> dict[str, str]:
+    """``golden/known_failures.json``: {"op/config" or "op/config@backend": reason}.
+
+    Raises:
+        UsageError: the file is not a JSON object of non-empty strings.
+    """
+    path = golden_dir / KNOWN_FAILURES
+    if not os.path.lexists(path):
+        return {}
+    try:  # kdtr.userfiles: too large, not UTF-8, malformed or nested too deep: one line
+        data = userfiles.load_json(path, "known-failures list")
+    except userfiles.UserFileError as exc:
+        raise UsageError(str(exc)) from exc
+    except OSError as exc:  # kdtr.errors.Io for a FIFO or directory: refused, never blocked on
+        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: must map 'op/config[@backend]' to a non-empty reason (a JSON object, "
+                         f"not a {type(data).__name__})")
+    for key, why in data.items():
+        if not (isinstance(why, str) and why.strip()):
+            raise UsageError(f"{path}: {json.dumps(key)}: must map 'op/config[@backend]' to a non-empty reason "
+                             f"(a string with text, not {'a blank one' if isinstance(why, str) else type(why).__name__})")
+    return data
+
+
+def stale_waivers(known_failures: dict[str, str], goldens: list[tuple[str, str, Path]]) -> list[str]:
+    """Waiver keys that name no golden (or an unknown backend): typos or leftovers."""
+    ids = {f"{op}/{cfg}" for op, cfg, _ in goldens}
+    stale = []
+    for key in known_failures:
+        case, _, backend = key.partition("@")
+        if case not in ids or (backend and backend not in _BACKENDS):
+            stale.append(key)
+    return stale

@@ -206,7 +206,7 @@ class KdtrCaseItem(pytest.Item):
         return RunConfig(golden_dir=state["golden_dir"], bin_dir=state["bin_dir"], out_dir=state["out_dir"],
                          timeout=state["timeout"], known_failures=state["known_failures"],
                          golden_problems=state["golden_problems"], vouched=state["vouched"], batch=False,
-                         rerun_args=state["rerun_args"])
+                         rerun_args=state["rerun_args"], goldens=state["store"])
 
     def runtest(self) -> None:
         from .report import mismatch_lines
@@ -255,7 +255,9 @@ def _plan(config: pytest.Config) -> dict[str, Any]:
     rerun = ["--golden-dir", str(gdir), "--bin-dir", str(bdir)]
     if timeout != 60.0:
         rerun += ["--timeout", f"{timeout:g}"]
-    return {"cases": cases, "golden_dir": gdir, "bin_dir": bdir, "timeout": timeout,
+    from .runner import GoldenStore
+
+    return {"cases": cases, "golden_dir": gdir, "bin_dir": bdir, "timeout": timeout, "store": GoldenStore(),
             "known_failures": known, "golden_problems": problems, "vouched": vouched, "rerun_args": rerun}
 
 

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
-import json
 import os
 import queue
 import re
 import selectors
 import shlex
-import stat
 import signal
 import subprocess
 import threading
@@ -36,22 +34,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import children, userfiles
-from . import format as kformat
+from . import children
 from . import fsutil
 from . import streams
-from .compare import TensorResult, compare
-from .contract import Contract, stray_contract_keys
-from .errors import KdtrError
-from .vouch import NotVouched, Vouch, load_private, load_vouched, vouches_of_manifest
-from .vouch import changed as golden_changed
-from .vouch import sha256_of as sha256_now
+from .compare import TensorResult
+from .goldens import (KNOWN_FAILURES, UsageError, check_manifest, discover,  # noqa: F401 - the runner's API
+                      load_known_failures, stale_waivers)
+from .judge import Golden, GoldenError, judge, output_limit  # noqa: F401 - output_limit: the runner's API
 from .status import FAILING, Status
+from .vouch import Vouch
 
 BACKENDS = ("cpu", "cuda")
 STATUSES = tuple(Status)  # in report order
 EXIT_RUNTIME, EXIT_INPUT, EXIT_NOT_SUPPORTED = 1, 2, 3
-KNOWN_FAILURES = "known_failures.json"
 # Batch mode (docs/binaries.md): after each golden a binary run with --batch prints
 # "@kdtr-batch i=<k> rc=<exit code> s=<seconds> msg=<error message>" on stdout.
 BATCH_TAG = "@kdtr-batch"
@@ -60,10 +55,6 @@ _BATCH_LINE = re.compile(r"@kdtr-batch i=(\d+) rc=(-?\d+) s=([0-9.eE+-]+) msg=(.
 # exits with SANITIZER_EXIT (its --error-exitcode), which no binary uses.
 SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
 SANITIZER_EXIT = 99
-
-
-class UsageError(ValueError):
-    """Bad selection or configuration given to the runner (CLI exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -140,118 +131,14 @@ class RunConfig:
     # the start of the run (its ``vouched``). The expected side of every verdict is that
     # content; a golden not here is vouched for by the run's first read of it.
     vouched: dict[Path, Vouch] = field(default_factory=dict)
-    _first_read: dict[Path, Vouch] = field(default_factory=dict, repr=False, compare=False)
     # Options a rerun line must repeat (--golden-dir, --bin-dir, --timeout, --tier all, ...;
     # not --device: rerun_line adds the case's own).
     rerun_args: list[str] = field(default_factory=list)
+    # Each golden of the run, read once (kdtr.judge.Golden) and shared by all its cases.
+    goldens: GoldenStore = field(default_factory=lambda: GoldenStore(), repr=False, compare=False)
 
     def device_list(self) -> tuple[int, ...]:
         return self.devices or (self.device,)
-
-
-def discover(golden_dir: Path, second_tier: bool = False, registry: Any = None) -> list[tuple[str, str, Path]]:
-    """Every committed golden as (op, config, path), sorted; from the files on disk.
-
-    With ``second_tier``, also every manifest entry of tier "cache", generated on demand
-    from ``registry`` (a :class:`kdtr.registry.Registry`, required then) into
-    ``golden_dir/.cache`` and checked against its manifest sha256.
-
-    Raises:
-        UsageError: the directory does not exist, holds no goldens, or a second-tier
-            golden cannot be produced with its manifest hash.
-        ValueError: ``second_tier`` without a ``registry``.
-    """
-    if second_tier and registry is None:
-        raise ValueError("discover: second-tier goldens need the configuration registry")
-    if not golden_dir.is_dir():
-        from .goldens import missing_golden_dir
-
-        raise UsageError(missing_golden_dir(golden_dir))
-    found = sorted((p.parent.name, p.stem, p) for p in golden_dir.glob("*/*.kdtr"))
-    if not found:
-        raise UsageError(f"no goldens under {golden_dir} (run `kdtr regen`)")
-    if second_tier:
-        from . import goldens
-
-        try:
-            entries = goldens.read_manifest(golden_dir)["files"].values()
-            for e in sorted(entries, key=lambda e: (e["op"], e["config"])):
-                if e.get("tier") == "cache":
-                    found.append((e["op"], e["config"], goldens.ensure_cached(golden_dir, registry, e["op"], e["config"])))
-        except (OSError, ValueError, KeyError) as exc:
-            raise UsageError(f"second-tier goldens: {exc}") from exc
-    return found
-
-
-def check_manifest(
-    golden_dir: Path, found: list[tuple[str, str, Path]], vouched: dict[Path, Vouch] | None = None
-) -> tuple[list[tuple[str, str, Path]], dict[Path, str]]:
-    """Hold the committed goldens on disk against ``golden_dir/MANIFEST.json``.
-
-    A run never judges a golden that its manifest does not vouch for: one that is not
-    listed, not a regular file, or whose sha256 differs from its entry (a half-finished
-    regen, a hand edit, a file from another checkout); and a listed golden missing from
-    disk is a case of its own. Returns ``found`` plus the missing goldens, and the problem
-    of each golden that must not run (its cases become ERROR naming the file).
-
-    ``vouched`` (a dict, for :attr:`RunConfig.vouched`) receives the manifest's sha256 and
-    size of every golden of ``found`` that it lists, second-tier ones included: from then on
-    the run judges against those bytes only, whatever the files hold later.
-
-    Raises:
-        UsageError: no manifest, or not a kdtr manifest.
-    """
-    from . import goldens
-
-    try:
-        listed = goldens.read_manifest(golden_dir)["files"]
-    except FileNotFoundError as exc:
-        raise UsageError(f"{golden_dir / goldens.MANIFEST_NAME}: missing (run `kdtr regen`)") from exc
-    except (OSError, ValueError) as exc:
-        raise UsageError(str(exc)) from exc
-    problems: dict[Path, str] = {}
-    on_disk = set()
-    vouches = vouches_of_manifest(golden_dir, listed if isinstance(listed, dict) else {})
-    for op, config, path in found:
-        rel = f"{op}/{config}.kdtr"
-        if vouched is not None and rel in vouches:
-            vouched[path] = vouches[rel]
-        try:
-            rel_to_dir = path.relative_to(golden_dir).as_posix()
-        except ValueError:  # a second-tier golden in a cache elsewhere: checked by ensure_cached
-            continue
-        if rel_to_dir != rel:  # .cache/<op>/<config>.kdtr: checked by ensure_cached
-            continue
-        on_disk.add(rel)
-        entry = listed.get(rel)
-        try:
-            mode = os.stat(path).st_mode
-        except OSError as exc:
-            problems[path] = f"{path}: cannot stat: {exc.strerror or exc}"
-            continue
-        if not stat.S_ISREG(mode):
-            problems[path] = f"{path}: not a regular file"
-        elif not isinstance(entry, dict):
-            problems[path] = f"{path}: not listed in {goldens.MANIFEST_NAME} (run `kdtr regen`, or remove the file)"
-        elif entry.get("tier", "committed") != "committed":
-            problems[path] = f"{path}: listed in {goldens.MANIFEST_NAME} as second tier, found among the committed goldens"
-        else:
-            try:
-                digest = sha256_now(path)[0]
-            except OSError as exc:  # replaced since the stat (by a FIFO, a directory): never blocks
-                problems[path] = f"{path}: cannot read: {exc.strerror or exc}"
-                continue
-            if digest != entry.get("sha256"):
-                problems[path] = (f"{path}: sha256 differs from {goldens.MANIFEST_NAME} (edited, or a regen did not "
-                                  "finish: run `kdtr regen`)")
-    missing = []
-    for rel, entry in sorted(listed.items()):
-        if isinstance(entry, dict) and entry.get("tier", "committed") == "committed" and rel not in on_disk:
-            op, _, name = rel.partition("/")
-            path = golden_dir / rel
-            missing.append((op, name[: -len(".kdtr")] if name.endswith(".kdtr") else name, path))
-            problems[path] = f"{path}: listed in {goldens.MANIFEST_NAME} but missing"
-    return sorted(found + missing), problems
 
 
 def _split_pattern(pat: str) -> tuple[str, str | None]:
@@ -317,42 +204,6 @@ def select_cases(cases: list[Case], only: Iterable[str] = ()) -> list[Case]:
                    for _, full, backend in pats)]
 
 
-def load_known_failures(golden_dir: Path) -> dict[str, str]:
-    """``golden/known_failures.json``: {"op/config" or "op/config@backend": reason}.
-
-    Raises:
-        UsageError: the file is not a JSON object of non-empty strings.
-    """
-    path = golden_dir / KNOWN_FAILURES
-    if not os.path.lexists(path):
-        return {}
-    try:  # kdtr.userfiles: too large, not UTF-8, malformed or nested too deep: one line
-        data = userfiles.load_json(path, "known-failures list")
-    except userfiles.UserFileError as exc:
-        raise UsageError(str(exc)) from exc
-    except OSError as exc:  # kdtr.errors.Io for a FIFO or directory: refused, never blocked on
-        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: must map 'op/config[@backend]' to a non-empty reason (a JSON object, "
-                         f"not a {type(data).__name__})")
-    for key, why in data.items():
-        if not (isinstance(why, str) and why.strip()):
-            raise UsageError(f"{path}: {json.dumps(key)}: must map 'op/config[@backend]' to a non-empty reason "
-                             f"(a string with text, not {'a blank one' if isinstance(why, str) else type(why).__name__})")
-    return data
-
-
-def stale_waivers(known_failures: dict[str, str], goldens: list[tuple[str, str, Path]]) -> list[str]:
-    """Waiver keys that name no golden (or an unknown backend): typos or leftovers."""
-    ids = {f"{op}/{cfg}" for op, cfg, _ in goldens}
-    stale = []
-    for key in known_failures:
-        case, _, backend = key.partition("@")
-        if case not in ids or (backend and backend not in BACKENDS):
-            stale.append(key)
-    return stale
-
-
 _MAX_MESSAGE = 2000  # characters of a batch line's message kept
 
 
@@ -366,50 +217,6 @@ def _signal_name(code: int) -> str:
 def _tail(text: str, n: int = 2000) -> str:
     text = text.strip()
     return text if len(text) <= n else "..." + text[-n:]
-
-
-def output_limit() -> int:
-    """The largest obtained output file the runner reads: the binaries' output limit
-    (:func:`kdtr.limits.max_output_bytes`) plus the largest header and padding a KDTR file
-    can have. A larger file is an ERROR, refused unread."""
-    from .limits import MAX_OUTPUT_BYTES, max_output_bytes
-
-    try:
-        tensors = max_output_bytes()
-    except ValueError:  # a malformed KDTR_MAX_OUTPUT_BYTES: the binaries refuse to run anyway
-        tensors = MAX_OUTPUT_BYTES
-    return tensors + kformat.PREAMBLE_LEN + kformat.MAX_HEADER_LEN + kformat.ALIGNMENT * kformat.MAX_TENSORS
-
-
-def _judge(case: Case, golden: kformat.KdtrFile, out_path: Path) -> tuple[Status, str, list[TensorResult]]:
-    """Compare the output file at ``out_path`` with every ``expected.*`` tensor of
-    ``golden`` (the vouched copy: :func:`kdtr.vouch.load_vouched`) under its contract.
-
-    The output is read into private memory first (:func:`kdtr.vouch.load_private`, at most
-    :func:`output_limit` bytes): a file that changes or shrinks while it is judged gives an
-    ERROR, never a SIGBUS.
-    """
-    try:
-        out = load_private(out_path, output_limit(), "an output file (the binaries' output limit plus a header)")
-    except (KdtrError, OSError) as exc:
-        return Status.ERROR, f"output file unreadable: {exc}", []
-    results = []
-    expected_names = [k[len("expected.") :] for k in golden.tensors if k.startswith("expected.")]
-    if not expected_names:
-        return Status.ERROR, f"{case.golden}: golden has no expected.* tensors", []
-    stray = stray_contract_keys(golden.metadata, expected_names)
-    if stray:
-        return Status.ERROR, f"{case.golden}: metadata {stray[0]!r} is a contract for no expected.* output", []
-    for name in expected_names:
-        try:
-            contract = Contract.from_metadata(golden.metadata, name)
-        except (KeyError, ValueError) as exc:
-            return Status.ERROR, f"{case.golden}: bad or missing contract for {name!r}: {exc}", []
-        results.append(compare(name, golden.tensors[f"expected.{name}"], out.tensors.get(name), contract))
-    bad = [r for r in results if not r.ok]
-    if bad:
-        return Status.MISMATCH, "; ".join(r.summary() for r in bad), results
-    return Status.PASS, "", results
 
 
 def literal_pattern(text: str) -> str:
@@ -532,12 +339,12 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
 
 @dataclass
 class _Prepared:
-    """A case ready to run: the vouch its golden met (the golden itself is read again, and
-    held to it, when the output is judged), binary, output path and result record."""
+    """A case ready to run: its golden (read once, vouched for), binary, output path and
+    result record."""
 
     case: Case
     res: CaseResult
-    vouch: Vouch
+    golden: Golden
     binary: Path
     out_path: Path
     t0: float
@@ -596,20 +403,67 @@ def missing_binaries_line(missing: dict[str, int], bin_dir: Path, only_option: s
             f"{'them' if len(missing) > 1 else 'it'} there, or select the ops it has with {only_option})")
 
 
-def vouched_golden(case: Case, cfg: RunConfig) -> tuple[kformat.KdtrFile, Vouch]:
-    """The golden of ``case`` read into private memory and held to what vouched for it:
-    :attr:`RunConfig.vouched`, else the run's first read of it (which then vouches for
-    every later read).
+class GoldenStore:
+    """The goldens of a run, each read once (:meth:`kdtr.judge.Golden.read`: into private
+    memory, held to :attr:`RunConfig.vouched`, else to the run's first read) and shared by
+    every case of it, whatever its backend or forced kernel. A read that fails is kept too:
+    each case of that golden is the same ERROR.
 
-    Raises:
-        NotVouched: the file's bytes are not the vouched ones.
-        KdtrError, OSError: unreadable or not a valid KDTR file.
+    :meth:`expect` counts the cases of each golden; :meth:`release` (one per finished case)
+    drops a golden once its last case is done, so a run holds only the goldens of its
+    running and pending cases. A golden whose cases were not counted stays held.
+    Thread-safe: one read per golden, however many cases ask at once.
     """
-    vouch = cfg.vouched.get(case.golden) or cfg._first_read.get(case.golden)
-    golden, got = load_vouched(case.golden, vouch)
-    if vouch is None:
-        cfg._first_read.setdefault(case.golden, got)
-    return golden, got
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[Path, Golden | GoldenError] = {}
+        self._reading: dict[Path, threading.Lock] = {}
+        self._first: dict[Path, Vouch] = {}
+        self._pending: dict[Path, int] = {}
+        self.reads = 0  # files read so far (each golden once)
+
+    def expect(self, cases: Iterable[Case]) -> None:
+        with self._lock:
+            for c in cases:
+                self._pending[c.golden] = self._pending.get(c.golden, 0) + 1
+
+    def release(self, path: Path) -> None:
+        with self._lock:
+            if path in self._pending:
+                self._pending[path] -= 1
+                if self._pending[path] <= 0:
+                    del self._pending[path]
+                    self._held.pop(path, None)
+
+    def get(self, case: Case, cfg: RunConfig) -> Golden:
+        """The golden of ``case``, read on its first use.
+
+        Raises:
+            kdtr.judge.GoldenError: unreadable, not the vouched bytes, or its metadata
+                op/config not those of its place.
+        """
+        path = case.golden
+        with self._lock:
+            lock = self._reading.setdefault(path, threading.Lock())
+        with lock:
+            with self._lock:
+                got = self._held.get(path)
+            if got is None:
+                vouch = cfg.vouched.get(path) or self._first.get(path)
+                tier = "cache" if path.parent.parent.name == ".cache" else "committed"
+                try:
+                    got = Golden.read(path, vouch, op=case.op, config=case.config, tier=tier)
+                except GoldenError as exc:
+                    got = exc
+                with self._lock:
+                    self.reads += 1
+                    if isinstance(got, Golden) and vouch is None:
+                        self._first.setdefault(path, got.vouch)
+                    self._held[path] = got
+        if isinstance(got, GoldenError):
+            raise got
+        return got
 
 
 def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
@@ -620,22 +474,12 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
         res.reason = cfg.golden_problems[case.golden]
         return None
     try:
-        golden, vouch = vouched_golden(case, cfg)
-    except NotVouched as exc:
-        res.reason = f"golden not the one vouched for: {exc}"
+        golden = cfg.goldens.get(case, cfg)
+    except GoldenError as exc:
+        res.reason = str(exc)
         return None
-    except (KdtrError, OSError) as exc:
-        res.reason = f"golden unreadable: {exc}"
-        return None
-    op = golden.metadata.get("op")
-    config = golden.metadata.get("config")
-    golden.close()  # read again when the output is judged: a unit's goldens are never all held at once
     binary = binary_of(cfg, case.op)
-    if op != case.op:
-        res.reason = f"{case.golden}: metadata op {op!r} does not match directory {case.op!r}"
-    elif config != case.config:
-        res.reason = f"{case.golden}: metadata config {config!r} does not match the file name {case.config!r}"
-    elif not binary.exists():
+    if not binary.exists():
         res.reason = missing_binary(cfg.bin_dir, case.op)
     else:
         out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
@@ -646,7 +490,7 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
             res.reason = str(exc) if isinstance(exc, fsutil.UnsafePath) else f"{out_path}: {exc.strerror or exc}"
             return None
         res.output_file = str(out_path)
-        return _Prepared(case, res, vouch, binary, out_path, t0)
+        return _Prepared(case, res, golden, binary, out_path, t0)
     return None
 
 
@@ -700,21 +544,13 @@ TAMPERED = "golden changed while its case ran"
 
 def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str = "") -> None:
     """The status of case ``p`` from its binary's exit code; on exit 0, its output judged
-    against the golden read again into private memory and held to ``p.vouch``."""
+    (:func:`kdtr.judge.judge`) against the golden's private copy of the vouched bytes."""
     st = _exit_status(p, cfg, rc, last_line, stdout)
     if st is not None:
         p.res.status, p.res.reason = st
         return
-    try:
-        golden, _ = load_vouched(p.case.golden, p.vouch)
-    except NotVouched as exc:
-        p.res.status, p.res.reason = Status.ERROR, f"{TAMPERED}: {exc}; {_NO_WRITE}"
-        return
-    except (KdtrError, OSError) as exc:
-        p.res.status, p.res.reason = Status.ERROR, f"{TAMPERED}: golden unreadable now: {exc}; {_NO_WRITE}"
-        return
-    with golden:
-        p.res.status, p.res.reason, p.res.outputs = _judge(p.case, golden, p.out_path)
+    v = judge(p.golden, p.out_path)
+    p.res.status, p.res.reason, p.res.outputs = v.status, v.reason, v.results
 
 
 _NO_WRITE = "a test binary must not write to its --input (docs/harness.md)"
@@ -725,7 +561,7 @@ def _void_if_changed(p: _Prepared) -> None:
     the case is an ERROR naming the change (whatever its verdict was)."""
     if p.res.status == Status.ERROR and p.res.reason.startswith(TAMPERED):
         return
-    why = golden_changed(p.case.golden, p.vouch)
+    why = p.golden.changed()
     if why is None:
         return
     was = f"{p.res.status}" + (f": {p.res.reason}" if p.res.reason else "")
@@ -1003,6 +839,7 @@ def run_all(
     """
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     children.reset()
+    cfg.goldens.expect(cases)
     results: dict[Case, CaseResult] = {}
     arrived: queue.Queue[CaseResult] = queue.Queue()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -1052,6 +889,7 @@ def run_all(
             if r.case in results:
                 continue
             results[r.case] = r
+            cfg.goldens.release(r.case.golden)
             if on_done:
                 on_done(r)
     except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued cases, kill the running binaries

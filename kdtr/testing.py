@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .compare import TensorResult, compare
-from .contract import Contract, stray_contract_keys
-from .errors import KdtrError
+from .compare import TensorResult
+from .judge import Golden, GoldenError, judge
 from .status import Status
-from .vouch import NotVouched, Vouch, load_vouched
+from .vouch import Vouch
 
 __all__ = ["ConformanceError", "Golden", "GoldenError", "assert_conforms", "goldens", "to_numpy"]
 
@@ -45,11 +43,6 @@ TIERS = ("committed", "all")
 # DLPack device types (dlpack.h DLDeviceType) whose memory the host can read directly.
 _DL_CPU, _DL_CUDA_HOST, _DL_ROCM_HOST = 1, 3, 11
 _HOST_DEVICES = (_DL_CPU, _DL_CUDA_HOST, _DL_ROCM_HOST)
-
-
-class GoldenError(ValueError):
-    """The goldens cannot be used: no golden directory or manifest, an unknown op, or goldens
-    that ``golden/MANIFEST.json`` does not vouch for (the message names each file)."""
 
 
 class ConformanceError(AssertionError):
@@ -74,67 +67,19 @@ class ConformanceError(AssertionError):
         self.lines = lines
 
 
-@dataclass(eq=False)
-class Golden:
-    """One golden file, opened.
-
-    Attributes:
-        id: ``"op/config"`` (the test id the pytest fixture gives).
-        op, config: from the file's place ``<golden_dir>/<op>/<config>.kdtr``, equal to its
-            metadata ``op`` and ``config``.
-        path: the file.
-        inputs: input name (without ``input.``) -> read-only numpy array (over a private
-            copy of the bytes MANIFEST.json vouched for, never a mapping of the file).
-        expected: output name (without ``expected.``) -> read-only numpy array.
-        contracts: output name -> :class:`kdtr.contract.Contract`.
-        metadata: the file's metadata (``op``, ``config``, ``seed``, contracts, ...).
-    """
-
-    id: str
-    op: str
-    config: str
-    path: Path
-    inputs: dict[str, np.ndarray] = field(repr=False)
-    expected: dict[str, np.ndarray] = field(repr=False)
-    contracts: dict[str, Contract] = field(repr=False)
-    metadata: dict[str, Any] = field(repr=False)
-
-    def __str__(self) -> str:
-        return self.id
-
-
 def _open_golden(op: str, config: str, path: Path, vouch: Vouch | None) -> Golden:
-    """Load one golden and read its contracts, with the checks of the runner's judge.
+    """Load one golden (:meth:`kdtr.judge.Golden.read`, the runner's read): once into private
+    memory, held to ``vouch`` (its MANIFEST.json entry); its arrays are views over that copy,
+    which nothing outside this process can change or truncate.
 
-    The file is read once into private memory and held to ``vouch`` (its MANIFEST.json
-    entry): the arrays are views over that copy, which nothing outside this process can
-    change or truncate."""
-    try:
-        f, _ = load_vouched(path, vouch)
-    except NotVouched as exc:
-        raise GoldenError(f"golden not the one MANIFEST.json vouched for: {exc}") from exc
-    except (KdtrError, OSError) as exc:
-        raise GoldenError(f"golden unreadable: {exc}") from exc
-    md = dict(f.metadata)
-    if md.get("op") != op:
-        raise GoldenError(f"{path}: metadata op {md.get('op')!r} does not match directory {op!r}")
-    if md.get("config") != config:
-        raise GoldenError(f"{path}: metadata config {md.get('config')!r} does not match the file name {config!r}")
-    inputs = {k[len("input."):]: v for k, v in f.tensors.items() if k.startswith("input.")}
-    expected = {k[len("expected."):]: v for k, v in f.tensors.items() if k.startswith("expected.")}
-    if not expected:
-        raise GoldenError(f"{path}: golden has no expected.* tensors")
-    stray = stray_contract_keys(md, list(expected))
-    if stray:
-        raise GoldenError(f"{path}: metadata {stray[0]!r} is a contract for no expected.* output")
-    contracts = {}
-    for name in expected:
-        try:
-            contracts[name] = Contract.from_metadata(md, name)
-        except (KeyError, ValueError) as exc:
-            raise GoldenError(f"{path}: bad or missing contract for {name!r}: {exc}") from exc
-    # The arrays are read-only views over the private copy of the vouched bytes.
-    return Golden(f"{op}/{config}", op, config, Path(path), inputs, expected, contracts, md)
+    Raises:
+        GoldenError: unreadable, not the vouched bytes, metadata against place, or no
+            output can be judged against it (no expected.*, a stray or bad contract).
+    """
+    g = Golden.read(path, vouch, op=op, config=config)
+    if g.problem:
+        raise GoldenError(g.problem)
+    return g
 
 
 def golden_cases(
@@ -142,14 +87,14 @@ def golden_cases(
     vouched: dict[Path, Vouch] | None = None,
 ) -> tuple[list[tuple[str, str, Path]], dict[Path, str]]:
     """The goldens of ``ops`` (None: all) as ``(op, config, path)``, sorted, and the problem
-    of each golden the manifest does not vouch for (kdtr.runner.discover + check_manifest).
+    of each golden the manifest does not vouch for (kdtr.goldens.discover + check_manifest).
     ``vouched`` receives each listed golden's manifest sha256 and size (check_manifest's).
 
     Raises:
         GoldenError: no golden directory, no goldens, no or a bad manifest; ``tier="all"``
             without ``registry``.
     """
-    from .runner import UsageError, check_manifest, discover
+    from .goldens import UsageError, check_manifest, discover
 
     if tier not in TIERS:
         raise GoldenError(f"tier {tier!r}: expected one of {', '.join(TIERS)}")
@@ -266,14 +211,9 @@ def check_outputs(golden: Golden, outputs: Mapping[str, Any]) -> list[TensorResu
     one :class:`kdtr.compare.TensorResult` per expected output (golden order)."""
     if not isinstance(outputs, Mapping):
         raise TypeError(f"outputs must be a mapping of output name -> array, got {type(outputs).__name__}")
-    results = []
-    for name, exp in golden.expected.items():
-        act = outputs.get(name)
-        res = compare(name, exp, None if act is None else to_numpy(act), golden.contracts[name])
-        if act is None:
-            res.problem = "missing from the outputs"  # the runner says "from the output file"
-        results.append(res)
-    return results
+    # the runner's judge; a missing output is "missing from the outputs" (not "the output file")
+    got = {name: to_numpy(outputs[name]) for name in golden.expected if outputs.get(name) is not None}
+    return judge(golden, got).results
 
 
 def mismatch_lines(golden: Golden, results: list[TensorResult], extra: Iterable[str] = ()) -> list[str]:

@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import golden_subset, op_binary
-from kdtr import runner, testing
+from kdtr import judge, runner, testing
 from kdtr import mutate
 from kdtr.cli.main import main
 
@@ -264,9 +264,9 @@ def test_an_output_over_the_limit_is_refused_unread(setup, monkeypatch):
     env = env_for("patch", "chain")
     os.replace(env["WRONG"], out)
     case = runner.Case("tree_accept", "chain", gdir / "tree_accept" / "chain.kdtr", "cpu")
-    golden = kdtr.load(case.golden, mmap=False)
-    assert runner._judge(case, golden, out)[0] == "MISMATCH"
+    golden = judge.Golden.read(case.golden)
+    assert judge.judge(golden, out).status == "MISMATCH"
     with open(out, "r+b") as f:  # sparse: a huge file that costs nothing on disk
         f.truncate(runner.output_limit() + 1)
-    status, reason, _ = runner._judge(case, golden, out)
+    status, reason, _ = judge.judge(golden, out)
     assert status == "ERROR" and "over the limit" in reason and str(out) in reason

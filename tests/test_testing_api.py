@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import kdtr
-from kdtr import format as kformat
-from kdtr import runner
 from kdtr.contract import Contract
+from kdtr.judge import judge
 from kdtr.ops import OPS
 from kdtr.testing import ConformanceError, Golden, GoldenError, assert_conforms, goldens, to_numpy
 
@@ -156,8 +155,7 @@ def test_mismatch_is_an_assertion_error_with_the_runner_record(chain: Golden, tm
     # the runner judging the same outputs written by a binary gives the same record
     out_path = tmp_path / "out.kdtr"
     kdtr.save(out_path, out)
-    case = runner.Case("tree_accept", "chain", chain.path, "cpu")
-    status, reason, results = runner._judge(case, kformat.load(chain.path), out_path)
+    status, reason, results = judge(Golden.read(chain.path), out_path)
     assert status == "MISMATCH"
     assert [r.to_json() for r in results] == [r.to_json() for r in err.results]
     assert reason == "; ".join(r.summary() for r in err.failed)

@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 from kdtr import format as kformat  # noqa: E402
 from kdtr.errors import KdtrError  # noqa: E402
 from kdtr import streams  # noqa: E402
-from kdtr.runner import BATCH_TAG, Case, UsageError, _judge, check_manifest, discover, output_limit  # noqa: E402
+from kdtr.judge import Golden as JudgedGolden, judge as judge_output, output_limit  # noqa: E402
+from kdtr.runner import BATCH_TAG, UsageError, check_manifest, discover  # noqa: E402
 from kdtr.status import Status  # noqa: E402
 from kdtr.vouch import NotVouched, Vouch, load_private, load_vouched  # noqa: E402
 
@@ -109,12 +110,10 @@ def judge(g: Golden, kernel: str, backend: str, rc: int, msg: str, out: Path, se
     if rc != 0:
         return Outcome("FAIL", g, kernel, f"exit {rc}: {msg}".rstrip(), seconds)
     try:  # the vouched bytes, in private memory: never what a binary left in the file
-        gold, _ = load_vouched(g.path, g.vouch)
-    except NotVouched as exc:
+        gold = JudgedGolden.read(g.path, g.vouch)
+    except Exception as exc:  # kdtr.judge.GoldenError
         return Outcome("FAIL", g, kernel, f"golden changed since it was vouched for: {exc}", seconds)
-    except (KdtrError, OSError) as exc:
-        return Outcome("FAIL", g, kernel, f"golden unreadable: {exc}", seconds)
-    status, reason, _results = _judge(Case(g.op, g.config, g.path, backend), gold, out)
+    status, reason, _results = judge_output(gold, out)
     if status != Status.PASS:
         return Outcome("FAIL", g, kernel, f"{status}: {reason}", seconds)
     try:
