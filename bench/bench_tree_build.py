@@ -263,8 +263,8 @@ def copy_rates(device: int) -> tuple[float | None, float | None, str]:
                 samples.append(start.elapsed_time(end))
             return statistics.median(samples)
 
-        copy_ms = median_ms(lambda: dst.copy_(src))
-        fill_ms = median_ms(lambda: dst.fill_(1))
+        copy_ms = median_ms(lambda dst=dst, src=src: dst.copy_(src))
+        fill_ms = median_ms(lambda dst=dst: dst.fill_(1))
         del src, dst
         torch.cuda.empty_cache()
     copy_gbs = 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9
@@ -369,9 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 2 if getattr(exc, "usage", False) else 1
 
         if args.backend == "cuda":
-            copy_gbs, fill_gbs, rates_line = copy_rates(args.device)
+            _copy_gbs, fill_gbs, rates_line = copy_rates(args.device)
         else:
-            copy_gbs, fill_gbs, rates_line = None, None, "copy rate: n/a (backend cpu)"
+            fill_gbs, rates_line = None, "copy rate: n/a (backend cpu)"
         print(f"  {rates_line}", file=sys.stderr, flush=True)
 
         for b, n in configs:

@@ -87,7 +87,6 @@ sys.path.insert(0, str(ROOT))
 import kdtr  # noqa: E402
 from kdtr.ops.verify_attn import sm_scale_mla  # noqa: E402
 
-
 # ---------------------------------------------------------------------------------------
 # inputs
 # ---------------------------------------------------------------------------------------
@@ -192,12 +191,12 @@ def ceilings(device: str, n: int, copy_bytes: int, iters: int) -> dict[str, floa
     for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         a = torch.randn(n, n, device=device, dtype=dt, generator=g)
         b = torch.randn(n, n, device=device, dtype=dt, generator=g)
-        ms = time_ms(lambda: a @ b, device, 3, iters)
+        ms = time_ms(lambda a=a, b=b: a @ b, device, 3, iters)
         out[f"matmul_{name}_tflops"] = 2 * n**3 / (ms * 1e-3) / 1e12
         del a, b
     x = torch.randn(copy_bytes // 4, device=device, generator=g)
     y = torch.empty_like(x)
-    ms = time_ms(lambda: y.copy_(x), device, 3, iters)
+    ms = time_ms(lambda x=x, y=y: y.copy_(x), device, 3, iters)
     out["copy_gbs"] = 2 * copy_bytes / (ms * 1e-3) / 1e9
     del x, y
     return out
@@ -283,7 +282,8 @@ def run_sdpa(x, mask, device: str, warmup: int, iters: int) -> dict[str, tuple[f
     res["default_backend"] = sdpa_default_backend(qt, k, v, m, scale)
     # The same call with key and value materialized per head (not an expanded view).
     kc, vc = k.contiguous(), v.contiguous()
-    fnc = lambda: F.scaled_dot_product_attention(qt, kc, vc, attn_mask=m, scale=scale)  # noqa: E731
+    # a closure over kc and vc: `del kc, vc` below frees them (F821: ruff reads the del as undefining them)
+    fnc = lambda: F.scaled_dot_product_attention(qt, kc, vc, attn_mask=m, scale=scale)  # noqa: E731, F821
     res["contiguous"] = (time_ms(fnc, device, warmup, iters), fnc().permute(0, 2, 1, 3).float())
     res["contiguous_backend"] = sdpa_default_backend(qt, kc, vc, m, scale)
     del kc, vc
@@ -337,7 +337,7 @@ def run_binary(binary: Path, golden: Path, out: Path, backend: str, kernel: str,
 
 
 def counts(x: dict[str, np.ndarray]) -> dict[str, float]:
-    q, kv = x["q"], x["kv_cache"]
+    q = x["q"]
     B, T, H, Dqk = q.shape
     d_v = int(x["d_v"])
     elt = q.dtype.itemsize

@@ -415,7 +415,9 @@ def _same_bytes(ef: np.ndarray, af: np.ndarray) -> bool:
     return bool((e == a).all())
 
 
-def _worst(v: np.ndarray, mask: np.ndarray | None, index: np.ndarray, everywhere: bool) -> tuple[int | None, int | None]:
+def _worst(
+    v: np.ndarray, mask: np.ndarray | None, index: np.ndarray, everywhere: bool
+) -> tuple[int | None, int | None]:
     """The worst of ``v`` (values at flat indices ``index``, among ``mask``) as (flat index,
     position in ``v``), or (None, None) when there is none.
 
@@ -470,7 +472,8 @@ def _fill_stats(res: TensorResult, ef: np.ndarray, af: np.ndarray, shape: tuple[
             res.max_abs, res.max_abs_index = (float(absd[p]) if p is not None else 0.0), _unravel(k, shape)
             k, p = _worst(rel, None, idx, everywhere)
             res.max_rel, res.max_rel_index = (float(rel[p]) if p is not None else 0.0), _unravel(k, shape)
-            ulp = diff.ulp if (everywhere and diff is not None and diff.ulp is not None) else ulp_distance(ef[idx], af[idx])
+            exact_ulp = everywhere and diff is not None and diff.ulp is not None
+            ulp = diff.ulp if exact_ulp else ulp_distance(ef[idx], af[idx])
             k, p = _worst(ulp, fin, idx, everywhere)
             if p is None and everywhere:
                 k = _first_finite(ef)  # every finite pair is 0 ULP apart: the first one

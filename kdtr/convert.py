@@ -41,8 +41,9 @@ import os
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -136,7 +137,7 @@ def encode_metadata(metadata: Iterable[tuple[str, Any]]) -> str:
 
 
 def _f64_bits(value: float) -> str:
-    return "0x%016x" % struct.unpack("<Q", struct.pack("<d", value))[0]
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016x}"
 
 
 class _Obj(list):

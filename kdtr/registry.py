@@ -56,7 +56,8 @@ class Registry:
         if op in self._ops:
             raise ValueError(f"configurations for op {op!r} are registered already")
         for name, cfg in configs.items():
-            if not isinstance(getattr(cfg, "seed", None), int) or not isinstance(getattr(cfg, "description", None), str):
+            seed, description = getattr(cfg, "seed", None), getattr(cfg, "description", None)
+            if not isinstance(seed, int) or not isinstance(description, str):
                 raise ValueError(f"{op}/{name}: a configuration needs an int seed and a str description")
             if getattr(cfg, "tier", "committed") not in TIERS:
                 raise ValueError(f"{op}/{name}: tier {cfg.tier!r} not in {TIERS}")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from conftest import REPO_ROOT
 from timing import HANG_GUARD
 

@@ -22,8 +22,17 @@ from hypothesis import strategies as st
 
 import kdtr.compare as kc
 from kdtr.compare import (
-    _ABS_MARGIN, _REL_MARGIN, Element, TensorResult, _compare_elements, _decide_near_bound, _fmt, _is_float,
-    _unravel, compare, ulp_distance,
+    _ABS_MARGIN,
+    _REL_MARGIN,
+    Element,
+    TensorResult,
+    _compare_elements,
+    _decide_near_bound,
+    _fmt,
+    _is_float,
+    _unravel,
+    compare,
+    ulp_distance,
 )
 from kdtr.contract import EXACT, Contract
 from kdtr.dtypes import code_of_dtype, name_of_dtype
@@ -143,7 +152,7 @@ def _ref_fill_stats(res, exp, act, bad):
 
 
 def _ref_exact_bad(exp, act):
-    n, w = exp.size, exp.dtype.itemsize
+    w = exp.dtype.itemsize
     e, a = exp.reshape(-1), act.reshape(-1)
     return e.view(RAW[w]) != a.view(RAW[w])
 
@@ -237,10 +246,12 @@ TOLS = [0.0, 1e-6, 0.5, 1.0, 1e300, 5e-324]
 @st.composite
 def contracts(draw, dt):
     # integers: mostly exact (an allclose contract on them is a problem record, checked too)
-    if draw(st.sampled_from([True, True, True, True, True, False] if dt.kind in "biu" else [True, False, False, False])):
+    exact_weights = [True, True, True, True, True, False] if dt.kind in "biu" else [True, False, False, False]
+    if draw(st.sampled_from(exact_weights)):
         return EXACT
     return Contract("allclose", atol=draw(st.sampled_from(TOLS)), rtol=draw(st.sampled_from(TOLS)),
-                    max_ulp=draw(st.sampled_from([-1, -1, 0, 0, 1, 3, 2**62])), nan=draw(st.sampled_from(["equal", "fail"])))
+                    max_ulp=draw(st.sampled_from([-1, -1, 0, 0, 1, 3, 2**62])),
+                    nan=draw(st.sampled_from(["equal", "fail"])))
 
 
 @st.composite
@@ -322,7 +333,8 @@ def test_identical_infinities_and_signed_zeros_pass_every_contract(dt) -> None:
 
 def test_identical_records_by_kind() -> None:
     r = compare("ids", np.arange(6, dtype=np.int32).reshape(2, 3), np.arange(6, dtype=np.int32).reshape(2, 3), EXACT)
-    assert (r.ok, r.n_mismatch, r.n_total, r.max_abs, r.max_abs_index, r.max_rel, r.max_ulp) == (True, 0, 6, 0, [0, 0], 0.0, None)
+    got = (r.ok, r.n_mismatch, r.n_total, r.max_abs, r.max_abs_index, r.max_rel, r.max_ulp)
+    assert got == (True, 0, 6, 0, [0, 0], 0.0, None)
     assert isinstance(r.max_abs, int)
     f = compare("x", np.ones(3, np.float32), np.ones(3, np.float32), Contract("allclose", atol=1e-5))
     assert (f.max_abs, f.max_rel, f.max_ulp, f.max_ulp_index) == (0.0, 0.0, 0, [0]) and isinstance(f.max_abs, float)
@@ -448,8 +460,8 @@ def test_large_tensors_equal_the_reference() -> None:
         ar[::1009] += 40
         a[123] = nan
         e[777] = inf
-        for c in (EXACT, Contract("allclose", atol=1e-3, rtol=1e-2), Contract("allclose", atol=1.0, max_ulp=2, nan="equal"),
-                  Contract("allclose", atol=10.0, rtol=1.0)):
+        for c in (EXACT, Contract("allclose", atol=1e-3, rtol=1e-2),
+                  Contract("allclose", atol=1.0, max_ulp=2, nan="equal"), Contract("allclose", atol=10.0, rtol=1.0)):
             assert record(compare("t", e, a, c)) == record(_reference_compare("t", e, a, c)), (dt, c)
         e[777] = 1.0
         b = e.copy()

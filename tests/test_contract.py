@@ -59,7 +59,8 @@ def test_every_committed_golden_contract_parses_and_round_trips(repo_root) -> No
             if t.startswith("expected."):
                 name = t[len("expected.") :]
                 c = Contract.from_metadata(g.metadata, name)
-                mine = {k: v for k, v in g.metadata.items() if k.startswith(f"contract.{name}.") and "." not in k[len(f"contract.{name}.") :]}
+                prefix = f"contract.{name}."
+                mine = {k: v for k, v in g.metadata.items() if k.startswith(prefix) and "." not in k[len(prefix) :]}
                 assert c.to_metadata(name) == mine, f"{f}: {name}"
 
 

@@ -31,7 +31,6 @@ import kdtr
 from kdtr import convert as kconvert
 from kdtr.cli.convert_cmd import convert as convert_cmd
 
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLDENS = sorted(REPO_ROOT.glob("golden/*/*.kdtr"))
 BF16 = np.dtype(ml_dtypes.bfloat16)

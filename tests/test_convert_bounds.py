@@ -51,7 +51,7 @@ def refused(r, *fragments: str, absent: tuple[str, ...] = ()) -> str:
 def npy_header(shape: tuple[int, ...], descr: str = "|u1", pad_to: int = 0) -> bytes:
     """A version 1.0 .npy preamble and header for ``shape`` (``pad_to``: at least so many
     header bytes, spaces before the newline)."""
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    h = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
     h += " " * max(0, pad_to - len(h) - 1)
     h += " " * ((64 - (10 + len(h) + 1) % 64) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode("latin-1")
@@ -234,7 +234,7 @@ def test_member_names_the_reader_cannot_keep(tmp_path):
     crc = zlib.crc32(body)
     zip_one(tmp_path / "nul.npz", b"w.npy\x00junk.npy", body, crc, len(body), method=0)
     refused(run(tmp_path / "nul.npz", tmp_path / "nul.kdtr"), "nul.npz", "member 'w.npy\\x00junk.npy'", "NUL")
-    zip_one(tmp_path / "cp.npz", "é.npy".encode("utf-8"), body, crc, len(body), method=0)  # flag bit 11 unset
+    zip_one(tmp_path / "cp.npz", "é.npy".encode(), body, crc, len(body), method=0)  # flag bit 11 unset
     refused(run(tmp_path / "cp.npz", tmp_path / "cp.kdtr"), "cp.npz", "not marked UTF-8")
 
 

@@ -58,6 +58,7 @@ def test_links_and_repository_paths_resolve(doc):
 
 
 def test_the_forbidden_patterns_catch_what_they_are_for():
-    texts = ["see shared/DESIGN.md section 3", "per DESIGN 4", "the goldens of issue 10", "Issues 8 and 9", "the issue-10 goldens"]
+    texts = ["see shared/DESIGN.md section 3", "per DESIGN 4", "the goldens of issue 10", "Issues 8 and 9",
+             "the issue-10 goldens"]
     assert all(any(p.search(t) for p, _ in FORBIDDEN) for t in texts)
     assert not any(p.search("tissue 10, designs, the issue of ties") for p, _ in FORBIDDEN)

@@ -26,9 +26,9 @@ import pytest
 import kdtr
 import kdtr.errors as E
 import kdtr.format as F
+import malformed as M
 from kdtr.format import layout as FL
 from kdtr.format import write as FW
-import malformed as M
 
 CASE_IDS = [c[0] for c in M.CASES]
 ALL_DTYPES = list(M.DTYPES)  # the 13 names of the spec's dtype table
@@ -647,7 +647,9 @@ def test_saved_file_has_ordinary_permissions(tmp_path):
 # --- opening: only regular files; mmap=False ------------------------------------------------
 
 
-def _load_in_subprocess(repo_root: Path, path: Path, extra: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+def _load_in_subprocess(
+    repo_root: Path, path: Path, extra: str = "", timeout: float = 120
+) -> subprocess.CompletedProcess:
     """kdtr.load(path) in a child process, so that a hang fails the test (TimeoutExpired)
     instead of hanging the suite. The child prints the error's class and message."""
     code = (

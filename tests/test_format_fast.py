@@ -29,10 +29,10 @@ import pytest
 
 import kdtr
 import kdtr.format as F
-from kdtr.format import layout as FL
-from kdtr.format import read as FR
 import malformed as M
 from conftest import REPO_ROOT
+from kdtr.format import layout as FL
+from kdtr.format import read as FR
 
 GOLDENS = sorted(g for g in (REPO_ROOT / "golden").glob("**/*.kdtr") if ".cache" not in g.parts)
 _NP = {c: d.numpy for c, d in F.DTYPE_BY_CODE.items()}
@@ -344,7 +344,7 @@ def test_fast_parse_never_accepts_what_the_checked_reader_rejects(seed):
 
 def test_fast_parse_on_every_malformed_case():
     """Every case of tests/malformed.py whose defect is in the header body: None."""
-    for case_id, data, expected in M.CASES:
+    for case_id, data, _expected in M.CASES:
         if len(data) < F.PREAMBLE_LEN:
             continue
         minor, hl = struct.unpack_from("<HI", data, 10)

@@ -457,7 +457,9 @@ def test_killed_save_leaves_nothing_under_the_final_name(tmp_path, repo_root):
     left = [p.name for p in tmp_path.iterdir()]
     assert "golden.kdtr" not in left
     assert len(left) == 1 and left[0].startswith(".golden.kdtr.") and left[0].endswith(".tmp"), left
-    ignored = subprocess.run(["git", "-C", str(repo_root), "check-ignore", "--no-index", "-q", f"golden/tree_accept/{left[0]}"])
+    ignored = subprocess.run(
+        ["git", "-C", str(repo_root), "check-ignore", "--no-index", "-q", f"golden/tree_accept/{left[0]}"]
+    )
     assert ignored.returncode == 0, f"git does not ignore {left[0]}"
 
 
@@ -549,7 +551,9 @@ def test_killed_atomic_write_leaves_an_ignored_temp_named_after_a_long_name(tmp_
     assert (tmp_path / name).read_bytes() == b"old"
     left = sorted(p.name for p in tmp_path.iterdir() if p.name != name)
     assert len(left) == 1 and left[0].startswith("." + "m" * 200 + ".") and left[0].endswith(".tmp"), left
-    ignored = subprocess.run(["git", "-C", str(repo_root), "check-ignore", "--no-index", "-q", f"golden/tree_accept/{left[0]}"])
+    ignored = subprocess.run(
+        ["git", "-C", str(repo_root), "check-ignore", "--no-index", "-q", f"golden/tree_accept/{left[0]}"]
+    )
     assert ignored.returncode == 0
 
 
@@ -618,9 +622,7 @@ def test_atomic_write_of_a_single_file_never_removes_the_old_one_first(tmp_path,
 def test_manifest_and_reports_are_written_through_the_helper(tmp_path, monkeypatch):
     """write_manifest and report.write_all go through kdtr.format's helper (one rule for
     temporary names, modes and fsync)."""
-    from kdtr import goldens, report, runner
-
-    from kdtr import fsutil
+    from kdtr import fsutil, goldens, report, runner
 
     calls = []
     real = fsutil.write_temp_at

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_runner import env, invoke  # noqa: F401  (env is a fixture)
 
 import kdtr
 from kdtr import fsutil, runner
 from kdtr import mutate as mut
 from kdtr.cli.main import main
+from test_runner import env, invoke  # noqa: F401  (env is a fixture)
 
 PRECIOUS = b"someone else's file\n" * 8
 

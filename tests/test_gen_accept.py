@@ -299,7 +299,8 @@ def test_bad_links_kill_walks_that_end_a_list_at_a_bad_link(goldens, bug):
     wrong = [r for r in range(len(x["expected.status"]))
              if buggy_walk(*request(x, r), bug)[2] != x["expected.status"][r]]
     assert wrong, bug
-    assert buggy_walk(*request(x, 0), "gt0")[2] == STATUS_OK  # the input that first showed the bug: 0 read as "no sibling"
+    # the input that first showed the bug: 0 read as "no sibling"
+    assert buggy_walk(*request(x, 0), "gt0")[2] == STATUS_OK
     t = x["input.node_token_ids"].shape[1]
     values = gen.bad_link_values(t - 5, t)
     cells = [(place, v) for place in gen.BAD_LINK_PLACES for v in values]  # rows 2, 3, ...
@@ -363,8 +364,9 @@ def test_leaf_siblings_kill_walks_that_go_on_into_siblings(goldens, bug):
 def test_wide_token_ids_golden_catches_ids_narrowed_to_32_bits(repo_root):
     """tree_accept/wide_token_ids: ids beyond int32; in odd rows a prediction equals a
     child's id only in the low 32 bits. A walk comparing narrowed ids accepts more there."""
-    import kdtr
     import numpy as np
+
+    import kdtr
     from kdtr.generators import gen_accept_refs as g
 
     def accepted(x, b, narrow):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import kdtr
-from kdtr.generators import gen_greedy_step_refs as gen
 from kdtr.compare import compare
 from kdtr.contract import Contract
+from kdtr.generators import gen_greedy_step_refs as gen
 from kdtr.ops.verify_attn import verify_attn
 
 

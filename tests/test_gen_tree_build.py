@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import kdtr
+from kdtr import goldens
 from kdtr.generators import REGISTRY
 from kdtr.generators import gen_tree_build_refs as gen
-from kdtr import goldens
 from kdtr.ops.tree_build import STATUS_NAMES
 
 REQUIRED = {
@@ -86,7 +86,8 @@ def test_second_tier_is_generated_on_demand_and_hash_checked(repo_root, tmp_path
     shutil.copy(repo_root / "golden" / "MANIFEST.json", gdir / "MANIFEST.json")
     path = goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")
     assert path.parent == gdir / ".cache" / "tree_build"
-    assert goldens.sha256_of(path) == goldens.read_manifest(gdir)["files"]["tree_build/large_batch_n1024.kdtr"]["sha256"]
+    entry = goldens.read_manifest(gdir)["files"]["tree_build/large_batch_n1024.kdtr"]
+    assert goldens.sha256_of(path) == entry["sha256"]
     path.write_bytes(b"stale")  # a stale cache entry is regenerated
     assert kdtr.load(goldens.ensure_cached(gdir, REGISTRY, "tree_build", "large_batch_n1024")).metadata["config"] == (
         "large_batch_n1024")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import kdtr
-from kdtr.generators import gen_verify_attn_refs as gen
 from kdtr.compare import compare
 from kdtr.contract import Contract
+from kdtr.generators import gen_verify_attn_refs as gen
 
 NEW = ("huge_scores", "huge_scores_bf16", "no_visible_key", "masked_extremes", "masked_extremes_bf16",
        "finite_padding", "finite_padding_bf16")
@@ -73,7 +73,7 @@ def kernel(x, *, round_p=False, fold_log2e=False, max_sub=True, visible_max=True
         mask[:, pl:] = x["visibility"][r, :rows, :tl] != 0
         masked = np.where(mask[:, None, :], s, F32(-np.inf))
         m = np.full((rows, h), -np.inf, F32)
-        l = np.zeros((rows, h), F32)
+        lsum = np.zeros((rows, h), F32)
         o = np.zeros((rows, h, d_v), F32)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             for k0 in range(0, pl + tl, tile):
@@ -88,17 +88,17 @@ def kernel(x, *, round_p=False, fold_log2e=False, max_sub=True, visible_max=True
                     p = np.exp2(((st - m_use[..., None]) * LOG2E).astype(F32)).astype(F32)
                 if not max_sub:
                     alpha = np.ones_like(alpha)
-                l = (l * alpha + p.sum(-1, dtype=F32)).astype(F32)
+                lsum = (lsum * alpha + p.sum(-1, dtype=F32)).astype(F32)
                 pv = p.astype(ml_dtypes.bfloat16).astype(F32) if round_p else p
                 o = (o * alpha[..., None] + np.einsum("thl,lv->thv", pv, keys[k0 : k0 + tile, :d_v])).astype(F32)
                 m = m_new
-            empty = l == 0 if not empty_nan else np.zeros_like(l, bool)
-            o = np.where(empty[..., None], F32(0), o / l[..., None])
+            empty = lsum == 0 if not empty_nan else np.zeros_like(lsum, bool)
+            o = np.where(empty[..., None], F32(0), o / lsum[..., None])
             base = m if max_sub else np.zeros_like(m)
             if fold_log2e:
-                ls = (base + np.log2(l)) * LN2
+                ls = (base + np.log2(lsum)) * LN2
             else:
-                ls = base + np.log(l)
+                ls = base + np.log(lsum)
             ls = np.where(empty, F32(-np.inf), ls)
         out[r, :rows] = o
         lse[r, :rows] = ls

@@ -53,7 +53,8 @@ def simd_above_baseline() -> list[str]:
 def test_every_golden_regenerates_bit_identically_with_narrowed_simd_and_one_blas_thread(repo_root):
     features = simd_above_baseline()
     env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(features), OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(repo_root), *filter(None, [os.environ.get("PYTHONPATH")])]))
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(repo_root), *filter(None, [os.environ.get("PYTHONPATH")])]))
     kids = [subprocess.Popen([sys.executable, "-c", CHILD, tier, " ".join(features)], env=env, cwd=repo_root,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for tier in ("committed", "cache")]

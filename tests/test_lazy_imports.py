@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import op_binary
 
 HANG_GUARD = 120  # seconds: a hang guard for a fresh interpreter, never a verdict
@@ -37,7 +38,9 @@ def _no_ml_dtypes_after(repo_root, code: str) -> None:
 
 
 def test_importing_kdtr_and_the_cli_does_not_import_ml_dtypes(repo_root):
-    _no_ml_dtypes_after(repo_root, "import kdtr, kdtr.cli.main, kdtr.runner, kdtr.report, kdtr.goldens, kdtr.generators")
+    _no_ml_dtypes_after(
+        repo_root, "import kdtr, kdtr.cli.main, kdtr.runner, kdtr.report, kdtr.goldens, kdtr.generators"
+    )
 
 
 @pytest.mark.parametrize("args", [["--help"], ["list"], ["run", "--help"]])

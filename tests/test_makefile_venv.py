@@ -88,7 +88,8 @@ if [ "$1" = -m ] && [ "$2" = venv ]; then
   mkdir -p "$3/bin"
   [ -e "$3/bin/python" ] && exit 0
   if [ -e '{flag}' ]; then
-    printf '#!/bin/sh\n[ "$1" = -m ] && echo "ERROR: No matching distribution found for click>=8.2" >&2\nexit 1\n' > "$3/bin/python"
+    printf '#!/bin/sh\n[ "$1" = -m ] && echo "ERROR: No matching distribution found for click>=8.2" >&2\nexit 1\n' \
+      > "$3/bin/python"
   else
     printf '#!/bin/sh\n[ "$1" = -m ] && echo installed >> "%s"\nexit 0\n' '{log}' > "$3/bin/python"
   fi

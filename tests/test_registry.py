@@ -17,17 +17,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import kdtr.generators
 import kdtr
-from kdtr.generators.golden import package
+import kdtr.generators
 from kdtr import goldens
+from kdtr.cli.main import main
 from kdtr.contract import Contract
+from kdtr.generators.golden import package
 from kdtr.ops import OPS, OpSpec, TensorSpec, exact, register_op, unregister_op
 from kdtr.registry import Registry
-from kdtr.cli.main import main
 
 # the core (every module of kdtr/ outside kdtr/generators and kdtr/cli) never imports those two
-IMPORT_RE = re.compile(r"^\s*(from|import) (kdtr\.(generators|cli)\b|kdtr import (generators|cli)\b|\.+(generators|cli)\b)")
+IMPORT_RE = re.compile(
+    r"^\s*(from|import) (kdtr\.(generators|cli)\b|kdtr import (generators|cli)\b|\.+(generators|cli)\b)"
+)
 
 
 def test_no_module_under_kdtr_imports_generators_or_runners(repo_root):

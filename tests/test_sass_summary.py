@@ -209,7 +209,8 @@ def test_real_object(tmp_path, capsys):
     """Compile the fixture sources for sm_90 / sm_90a and summarize the real object."""
     a, b, exe, log = tmp_path / "a.o", tmp_path / "b.o", tmp_path / "fx", tmp_path / "ptxas.txt"
     cmds = [
-        [NVCC, "-O2", "-gencode", "arch=compute_90,code=sm_90", "-Xptxas", "-v", "-c", str(DATA / "sass_fixture.cu"), "-o", str(a)],
+        [NVCC, "-O2", "-gencode", "arch=compute_90,code=sm_90", "-Xptxas", "-v", "-c", str(DATA / "sass_fixture.cu"),
+         "-o", str(a)],
         [NVCC, "-O2", "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c",
          str(DATA / "sass_fixture_sm90a.cu"), "-o", str(b)],
         [NVCC, "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90a,code=sm_90a", str(a), str(b),

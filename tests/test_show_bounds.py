@@ -20,11 +20,10 @@ import numpy as np
 from click.testing import CliRunner
 
 import kdtr
+from conftest import REPO_ROOT
 from kdtr.cli import show_tree
 from kdtr.cli.main import main
 from kdtr.ops.tree_accept import tree_accept
-
-from conftest import REPO_ROOT
 
 
 def tree_golden(path: Path, first_child: np.ndarray, next_sibling: np.ndarray, accept_all: bool = True) -> dict:

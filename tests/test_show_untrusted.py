@@ -34,7 +34,7 @@ def expected_as_output(op: str, config: str) -> dict:
     return {k[len("expected."):]: v for k, v in t.items() if k.startswith("expected.")}
 
 
-def show(*args) -> "click.testing.Result":  # noqa: F821
+def show(*args) -> click.testing.Result:  # noqa: F821
     return CliRunner().invoke(main, ["show", *map(str, args)])
 
 

@@ -4,7 +4,6 @@ reference and through the CPU backend of build/bin/kdtr_tree_accept and kdtr_gre
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import numpy as np
@@ -342,7 +341,8 @@ def test_binary_cpu_greedy_step_inherits_negative_token(repo_root, tmp_path):
     assert got["tree_accept.status"].tolist() == [0, 0, 0, 0, STATUS_NEGATIVE_TOKEN, STATUS_NEGATIVE_TOKEN]
     assert got["tree_accept.accepted_count"][4:].tolist() == [0, 0]
     assert (got["tree_accept.proposed"][4:] == -1).all()
-    assert (got["tree_accept.accepted_path"][4:, 1:] == -1).all() and (got["tree_accept.accepted_path"][4:, 0] == 0).all()
+    path = got["tree_accept.accepted_path"]
+    assert (path[4:, 1:] == -1).all() and (path[4:, 0] == 0).all()
     assert got["tree_accept.proposed"][3, 0] == x["input.target_predict"][3, 0]
     for k in ("tree_accept.status", "tree_accept.accepted_count", "tree_accept.accepted_path", "tree_accept.proposed"):
         np.testing.assert_array_equal(got[k], x[f"expected.{k}"], err_msg=k)

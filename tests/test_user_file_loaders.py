@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import golden_subset
 from kdtr import goldens, userfiles
 from kdtr.cli.main import main
-
-from conftest import golden_subset
 
 GOOD_MUTANT = '''[[mutant]]
 name = "bonus_late"

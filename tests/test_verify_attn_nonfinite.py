@@ -14,7 +14,6 @@ goldens nan_scores / nan_scores_bf16.
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 
 import ml_dtypes
@@ -72,7 +71,9 @@ def assert_same_classes_and_close(out, lse, e_out, e_lse, atol=1e-9, rtol=1e-9, 
     for name, a, e in (("out", out, e_out), ("lse", lse, e_lse)):
         a = np.asarray(a, np.float64)
         e = np.asarray(e, np.float64)
-        assert np.array_equal(np.isnan(a), np.isnan(e)), f"{what} {name}: NaN at {np.argwhere(np.isnan(a) != np.isnan(e))[:5].tolist()}"
+        assert np.array_equal(np.isnan(a), np.isnan(e)), (
+            f"{what} {name}: NaN at {np.argwhere(np.isnan(a) != np.isnan(e))[:5].tolist()}"
+        )
         inf = np.isinf(e)
         assert np.array_equal(np.isinf(a), inf) and np.array_equal(a[inf], e[inf]), f"{what} {name}: infinities differ"
         fin = np.isfinite(e)

@@ -442,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
             rx = re.compile(args.filter)
             funcs = [f for f in funcs if rx.search(f.name) or rx.search(names[f.name])]
         if not funcs:
-            raise Failure(f"{source}: no kernel function in the SASS" + (f" matching {args.filter!r}" if args.filter else ""))
+            matching = f" matching {args.filter!r}" if args.filter else ""
+            raise Failure(f"{source}: no kernel function in the SASS{matching}")
     except Failure as exc:
         print(f"sass_summary: {exc}", file=sys.stderr)
         return 2

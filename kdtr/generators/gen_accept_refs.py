@@ -13,8 +13,9 @@ slots whose siblings carry the bonus token (the walk must stop).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,16 +53,19 @@ CONFIGS: dict[str, Config] = {
     "chain": Config("top-k 1: every slot has at most one child", 1005, 6, 32, depth=32, topk=1, kind="chain"),
     "large_batch": Config("B=64, N=256, depth 16, top-k 16", 1006, 64, 256, depth=16, topk=16),
     "root_only": Config("node_count 0: only the bonus token is proposed", 1007, 4, 16, kind="root_only"),
-    "full_accept": Config("predictions walk to a leaf at maximum depth", 1008, 4, 64, depth=6, topk=4, kind="full_accept"),
-    "non_first_child": Config("predictions choose a non-first child at every step", 1009, 6, 64, depth=6, topk=6, kind="non_first"),
+    "full_accept": Config("predictions walk to a leaf at maximum depth", 1008, 4, 64, depth=6, topk=4,
+                          kind="full_accept"),
+    "non_first_child": Config("predictions choose a non-first child at every step", 1009, 6, 64, depth=6, topk=6,
+                              kind="non_first"),
     "token_id_zero": Config("accepted draft tokens with id 0 (not padding)", 1010, 4, 32, depth=6, topk=4, kind="zero"),
-    "malformed": Config("cycle in next_sibling, wild index, bad node_count: statuses 1-3", 1011, 8, 16, depth=4, topk=4, kind="malformed"),
+    "malformed": Config("cycle in next_sibling, wild index, bad node_count: statuses 1-3", 1011, 8, 16, depth=4, topk=4,
+                        kind="malformed"),
     "negative_token": Config("negative token ids in live slots (status 4 NEGATIVE_TOKEN), on and off the walk, "
-                             "and only past node_count (OK); T = 49 > 32 so the scan wraps the lanes", 1012, 10, 48, depth=4,
-                             topk=4, kind="negative"),
+                             "and only past node_count (OK); T = 49 > 32 so the scan wraps the lanes", 1012, 10, 48,
+                             depth=4, topk=4, kind="negative"),
     "bad_links": Config("a followed next_token / next_sibling link that is neither -1 nor in [1, node_count] (0, -2, "
-                        "INT32_MIN, node_count+1, T-1 > node_count, T, INT32_MAX) at the root, at the start, middle and "
-                        "end of a sibling list and after one or two acceptances: status 2 BAD_INDEX", 1013, 51, 16,
+                        "INT32_MIN, node_count+1, T-1 > node_count, T, INT32_MAX) at the root, at the start, middle "
+                        "and end of a sibling list and after one or two acceptances: status 2 BAD_INDEX", 1013, 51, 16,
                         depth=4, topk=4, kind="bad_links"),
     "wide_token_ids": Config("token ids beyond int32 (2^31, 2^32, 2^40, 2^62 offsets): a prediction equal to a "
                              "child's id only in the low 32 bits must stop the walk", 1015, 8, 32, depth=6, topk=4,

@@ -19,7 +19,6 @@ import numpy as np
 
 from kdtr.bf16 import round_to
 from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
-
 from kdtr.ops import tree_build as build_op
 from kdtr.ops.greedy_step import SPEC
 

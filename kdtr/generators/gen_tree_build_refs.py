@@ -11,8 +11,9 @@ that reads or validates them fails), token id 0, and invalid inputs with their s
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,8 @@ CONFIGS: dict[str, Config] = {
     "chain": Config("K=1: every node has at most one child", 2006, 4, 16, 1, 32),
     "ties": Config("log-probs from {0, -0.5, -1, -2}: equal scores everywhere", 2007, 6, 6, 6, 64, kind="ties"),
     "root_only": Config("budget 0 and depth_limit 0 rows", 2008, 4, 8, 8, 16, kind="root_only"),
-    "mixed": Config("per-request budget and depth_limit; rows past the limit poisoned", 2009, 8, 10, 8, 128, kind="mixed"),
+    "mixed": Config("per-request budget and depth_limit; rows past the limit poisoned", 2009, 8, 10, 8, 128,
+                    kind="mixed"),
     "token_id_zero": Config("token id 0 drafted at rank 0 and as a root token", 2010, 4, 8, 8, 64, kind="zero"),
     "large_batch": Config("B=64, D=16, K=16, N=256", 2011, 64, 16, 16, 256),
     "large_batch_n1024": Config(
@@ -260,7 +262,8 @@ def _synth_near_ties(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, n
         how = NEAR_TIE_WRONG[(r - 1) % len(NEAR_TIE_WRONG)]
         for _ in range(100_000):
             cand = _near_tie_rows(rng, cfg.depth, cfg.topk)
-            if grow_scored(cand, ids[r], cfg.budget, cfg.depth, how) != grow_scored(cand, ids[r], cfg.budget, cfg.depth):
+            plain = grow_scored(cand, ids[r], cfg.budget, cfg.depth)
+            if grow_scored(cand, ids[r], cfg.budget, cfg.depth, how) != plain:
                 lp[r] = cand
                 break
         else:

@@ -30,7 +30,7 @@ from kdtr.bf16 import round_to, to_float32, widen
 from kdtr.contract import Contract
 from kdtr.dtypes import bfloat16  # ml_dtypes, imported on first use
 from kdtr.ops import verify_attn as attn_op
-from kdtr.ops.verify_attn import SPEC, sm_scale_mla
+from kdtr.ops.verify_attn import sm_scale_mla
 
 from .golden import package
 from .rng import Rng

@@ -143,7 +143,8 @@ def tree_accept(
         ("target_predict", target_predict, np.int64),
     ):
         if np.asarray(arr).shape != (b, t) or np.asarray(arr).dtype != dt:
-            raise ValueError(f"{name} must be {np.dtype(dt)} [{b},{t}], got {np.asarray(arr).dtype} {np.asarray(arr).shape}")
+            got = np.asarray(arr)
+            raise ValueError(f"{name} must be {np.dtype(dt)} [{b},{t}], got {got.dtype} {got.shape}")
     if np.asarray(node_count).shape != (b,) or np.asarray(node_count).dtype != np.int32:
         raise ValueError(f"node_count must be int32 [{b}]")
     if t < 1:
