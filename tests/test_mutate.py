@@ -198,10 +198,11 @@ def test_end_to_end_outcomes_reports_and_exit_code(tmp_path):
     assert data["score"]["catalogue"]["tree_accept"]["score"] == pytest.approx(2 / 3)
     md = (rdir / "mutation.md").read_text()
     assert "SURVIVED `tree_accept/survives`" in md and "BAD_CLAIM `tree_accept/bad_claim`" in md
-    # Only the mutants that pass: exit 0.
+    # Only the mutants that pass: exit 0, both verdicts from the cache the real builds filled
     res = CliRunner().invoke(main, [*args, "--only", "tree_accept/killed", "--only", "tree_accept/true_claim"],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
+    assert "verdict cache: 2 of 2 verdicts" in res.output
 
 
 def test_a_failing_unmutated_build_stops_the_run(tmp_path):
