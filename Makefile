@@ -20,10 +20,12 @@
 # build, or ISA-L or the CUTLASS headers appearing or going) rebuilds everything; editing
 # a header rebuilds what includes it.
 #
-# Adding an op: append its name to OPS and provide cuda_tests/tests/test_<op>.cu (the
-# binary's main: host code only, compiled as C++ in both builds, with -DKDTR_NO_CUDA in
-# the CPU-only one) and cuda_tests/kernels/<op>.cu (the __global__ kernel and its host
-# launcher, compiled by nvcc only).
+# Adding an op: append its name to OPS, set CPU_CORES_<op> below and provide
+# cuda_tests/tests/test_<op>.cu (the binary's main: host code only, compiled as C++ in
+# both builds, with -DKDTR_NO_CUDA in the CPU-only one; it includes no op's core),
+# cuda_tests/cpu/<op>.cpp (the CPU core's object: the one host translation unit that
+# includes kernels/<op>.cuh) and cuda_tests/kernels/<op>.cu (the __global__ kernel and its
+# host launcher, compiled by nvcc only).
 
 OPS := tree_accept tree_build verify_attn greedy_step
 
@@ -204,12 +206,45 @@ $(CONFIG_STAMP): ;
 $(BIN)/kdtr_check: cuda_tests/tools/kdtr_check.cpp $(CONFIG_STAMP) | $(BIN) $(OBJ)
 	$(CXX) $(KDTR_CXXFLAGS) -MMD -MP -MT $@ -MF $(OBJ)/kdtr_check.d $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-ifeq ($(VARIANT),cuda)
-# test_<op>.cu is host code (CUDA runtime API calls, no kernels): nvcc hands it to the
-# host compiler as C++ (-x c++), which skips a device pass that would only cost time.
-$(OBJ)/test_%.o: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(OBJ)
-	$(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra $(CRC_FLAGS) $(INCLUDES) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+# The objects of each binary (docs/binaries.md, "Build layout"): its main
+# $(OBJ)/test_<op>.o (cuda_tests/tests/test_<op>.cu: host code, includes no op's core),
+# the CPU core of each op it runs, $(OBJ)/cpu_<op>.o (cuda_tests/cpu/<op>.cpp: the only
+# translation unit that includes kernels/<op>.cuh on the host), any further objects of
+# the op (greedy_step: the chain's wiring) and, in the CUDA build, the kernels
+# $(OBJ)/kernel_<op>.o.  An edit rebuilds only the objects that include the edited file
+# (-MMD deps) and relinks the binaries made of them.
+CPU_CORES_tree_accept := tree_accept
+CPU_CORES_tree_build  := tree_build
+CPU_CORES_verify_attn := verify_attn
+CPU_CORES_greedy_step := greedy_step tree_build verify_attn tree_accept
+MAIN_EXTRA_greedy_step := $(OBJ)/greedy_step_chain.o
+bin_objs = $(OBJ)/test_$(1).o $(foreach c,$(CPU_CORES_$(1)),$(OBJ)/cpu_$(c).o) $(MAIN_EXTRA_$(1))
 
+# Host code (mains, CPU cores): as C++ in both builds; in the CUDA build by nvcc -x c++
+# (nvcc hands it to the host compiler, skipping a device pass that would only cost time).
+ifeq ($(VARIANT),cuda)
+HOST_CXX := $(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra $(CRC_FLAGS) $(INCLUDES)
+else
+HOST_CXX := $(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -x c++
+endif
+
+$(OBJ)/test_%.o: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(OBJ)
+	$(HOST_CXX) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+$(OBJ)/cpu_%.o: cuda_tests/cpu/%.cpp $(CONFIG_STAMP) | $(OBJ)
+	$(HOST_CXX) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+$(OBJ)/greedy_step_chain.o: cuda_tests/tests/greedy_step_chain.cpp $(CONFIG_STAMP) | $(OBJ)
+	$(HOST_CXX) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+# $(OBJ)/kdtr_<op>.d: every cuda_tests/ file the binary is built from (the union of its
+# objects' deps), written at link time for tools that ask which binaries a file reaches
+# (kdtr mutate); as a make rule it only repeats what the objects' .d files say.
+bin_deps = $(file >$(OBJ)/kdtr_$(1).d,$(BIN)/kdtr_$(1): $(sort $(filter cuda_tests/%,$(filter-out %:,\
+  $(foreach d,$(patsubst %.o,%.d,$(filter %.o,$(2))),$(file <$(d)))))))
+
+.SECONDEXPANSION:
+ifeq ($(VARIANT),cuda)
 $(OBJ)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(OBJ)
 	$(NVCC_PATH) $(KDTR_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
@@ -219,18 +254,19 @@ $(OBJ)/kernel_verify_attn_sm90.o: cuda_tests/kernels/verify_attn_sm90.cu $(CONFI
 	$(if $(SM90_OBJ),,@echo "$@: no CUTLASS headers ($(WGMMA_WHY))" >&2; exit 1)
 	$(NVCC_PATH) $(SM90_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
-$(OP_BINS): $(BIN)/kdtr_%: $(OBJ)/test_%.o $(OBJ)/kernel_%.o | $(BIN)
+$(OP_BINS): $(BIN)/kdtr_%: $$(call bin_objs,$$*) $(OBJ)/kernel_%.o | $(BIN)
+	$(call bin_deps,$*,$^)
 	$(NVCC_PATH) $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS) $(LDLIBS)
 
 # greedy_step chains the three ops on the device: its binary links their kernels too
-# (kernels/greedy_step.cu holds only the glue).  The CPU-only build needs nothing extra:
-# the ops' CPU cores are headers.
+# (kernels/greedy_step.cu holds only the glue).
 $(BIN)/kdtr_greedy_step: $(OBJ)/kernel_tree_build.o $(OBJ)/kernel_verify_attn.o $(OBJ)/kernel_tree_accept.o
 # and the Hopper kernel goes wherever verify_attn's dispatcher does
 $(BIN)/kdtr_verify_attn $(BIN)/kdtr_greedy_step: $(SM90_OBJ)
 else
-$(OP_BINS): $(BIN)/kdtr_%: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(BIN) $(OBJ)
-	$(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -MMD -MP -MT $@ -MF $(OBJ)/kdtr_$*.d -x c++ $< -x none -o $@ $(LDFLAGS) $(LDLIBS)
+$(OP_BINS): $(BIN)/kdtr_%: $$(call bin_objs,$$*) | $(BIN)
+	$(call bin_deps,$*,$^)
+	$(CXX) $(filter %.o,$^) -o $@ $(LDFLAGS) $(LDLIBS)
 endif
 
 clean:
@@ -258,6 +294,12 @@ lib: $(KERNELS_LIB)
 $(LIBDIR) $(PIC):
 	@mkdir -p $@
 
+# The CPU cores, position-independent ($(PIC)/cpu_<op>.o), in both builds.
+$(PIC)/cpu_%.o: cuda_tests/cpu/%.cpp $(CONFIG_STAMP) | $(PIC)
+	$(HOST_CXX) $(if $(filter cuda,$(VARIANT)),-Xcompiler -fPIC$(COMMA)-fvisibility=hidden,-fPIC -fvisibility=hidden) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+KERNELS_LIB_CPU := $(OPS:%=$(PIC)/cpu_%.o)
+
 ifeq ($(VARIANT),cuda)
 $(PIC)/kernel_%.o: cuda_tests/kernels/%.cu $(CONFIG_STAMP) | $(PIC)
 	$(NVCC_PATH) $(KDTR_NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
@@ -269,11 +311,14 @@ $(PIC)/kernel_verify_attn_sm90.o: cuda_tests/kernels/verify_attn_sm90.cu $(CONFI
 $(PIC)/kdtr_kernels.o: $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(PIC)
 	$(NVCC_PATH) -x c++ -std=c++17 $(NVCCFLAGS) -Xcompiler=-Wall,-Wextra,-fPIC,-fvisibility=hidden $(INCLUDES) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
 
-$(KERNELS_LIB): $(PIC)/kdtr_kernels.o $(OPS:%=$(PIC)/kernel_%.o) $(SM90_PIC_OBJ) | $(LIBDIR)
+$(KERNELS_LIB): $(PIC)/kdtr_kernels.o $(KERNELS_LIB_CPU) $(OPS:%=$(PIC)/kernel_%.o) $(SM90_PIC_OBJ) | $(LIBDIR)
 	$(NVCC_PATH) -shared $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS)
 else
-$(KERNELS_LIB): $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(LIBDIR) $(PIC)
-	$(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -fPIC -fvisibility=hidden -shared -MMD -MP -MT $@ -MF $(PIC)/kdtr_kernels.d -x c++ $< -x none -o $@ $(LDFLAGS)
+$(PIC)/kdtr_kernels.o: $(KERNELS_LIB_SRC) $(CONFIG_STAMP) | $(PIC)
+	$(CXX) $(KDTR_CXXFLAGS) -DKDTR_NO_CUDA -fPIC -fvisibility=hidden -MMD -MP -MT $@ -MF $(@:.o=.d) -x c++ -c $< -o $@
+
+$(KERNELS_LIB): $(PIC)/kdtr_kernels.o $(KERNELS_LIB_CPU) | $(LIBDIR)
+	$(CXX) -shared $(filter %.o,$^) -o $@ $(LDFLAGS)
 endif
 
 -include $(wildcard $(PIC)/*.d)

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "greedy_step_params.h"
 #include "kdtr_hd.cuh"
 
 namespace kdtr {
@@ -28,15 +29,6 @@ KDTR_HD inline int32_t greedy_step_tree_len(int32_t node_count, int64_t T) {
   if (n > T - 1) n = T - 1;
   return static_cast<int32_t>(n + 1);
 }
-
-// The glue step of the chain: tree_len i32 [B] from tree_build's node_count i32 [B], T
-// slots (host pointers for greedy_step_tree_len_cpu, device pointers for
-// launch_greedy_step_tree_len).
-struct GreedyStepTreeLenParams {
-  const int32_t* node_count = nullptr;  // i32 [B]
-  int32_t* tree_len = nullptr;          // i32 [B]
-  int64_t B = 0, T = 0;
-};
 
 // CPU backend: tree_len [B] from node_count [B].
 inline void greedy_step_tree_len_cpu(const GreedyStepTreeLenParams& p) {

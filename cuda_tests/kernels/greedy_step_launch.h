@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "greedy_step.cuh"
+#include "greedy_step_params.h"
 
 namespace kdtr {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "tree_accept.cuh"
+#include "tree_accept_params.h"
 
 namespace kdtr {
 

@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tree_build.cuh"
+#include "tree_build_params.h"
 
 namespace kdtr {
 

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "verify_attn.cuh"  // VerifyAttnInput, VerifyAttnProblem (shared with the CPU backend)
+#include "verify_attn_params.h"  // VerifyAttnInput, VerifyAttnProblem (shared with the CPU backend)
 
 namespace kdtr {
 

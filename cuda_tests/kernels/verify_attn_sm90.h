@@ -10,7 +10,7 @@
 
 #include <cstddef>
 
-#include "verify_attn.cuh"  // VerifyAttnProblem
+#include "verify_attn_params.h"  // VerifyAttnProblem
 
 namespace kdtr {
 namespace sm90 {

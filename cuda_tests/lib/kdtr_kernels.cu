@@ -16,10 +16,10 @@
 #include <new>
 #include <string>
 
-#include "greedy_step.cuh"
-#include "tree_accept.cuh"
-#include "tree_build.cuh"
-#include "verify_attn.cuh"
+#include "greedy_step_params.h"
+#include "tree_accept_params.h"
+#include "tree_build_params.h"
+#include "verify_attn_params.h"
 
 #ifndef KDTR_NO_CUDA
 #include <cuda_runtime_api.h>
@@ -194,7 +194,7 @@ void attn_lengths(const char* op, const int32_t* prefix_len, const int32_t* tree
     if (pl < 0) fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " is negative");
     if (tl < 0 || tl > T)
       fail(KDTR_ERR_INVALID_ARGUMENT, req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]");
-    if (!verify_attn_lengths_ok(pl, tl, T, S))
+    if (!cpu::verify_attn_lengths_ok(pl, tl, T, S))
       fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " + " +
                                           (tree_len != nullptr ? "tree_len " : "T ") + std::to_string(tl) +
                                           " exceeds the cache rows S = " + std::to_string(S));
@@ -231,12 +231,7 @@ TreeAcceptParams tree_accept_checked(const kdtr_tree_accept_params* c, const cha
 }
 
 // The greedy_step chain's four structs (as kdtr::ops::greedy_step_params wires them).
-struct Chain {
-  TreeBuildParams build;
-  GreedyStepTreeLenParams tree_len;
-  VerifyAttnProblem attn;
-  TreeAcceptParams accept;
-};
+using Chain = GreedyStepParams;
 
 Chain greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
   null_params(op, c);
@@ -436,7 +431,7 @@ int kdtr_tree_build_cpu(kdtr_tree_build_params* c) {
   return guarded([&] {
     TreeBuildParams p = tree_build_checked(c, "tree_build");
     p.kernel = c->kernel == KDTR_TREE_BUILD_SELECT ? TREE_BUILD_KERNEL_SELECT : TREE_BUILD_KERNEL_HEAP;
-    tree_build_cpu(p);
+    cpu::tree_build(p);
     c->kernel_ran = p.kernel;
     return KDTR_OK;
   });
@@ -448,7 +443,7 @@ int kdtr_verify_attn_cpu(kdtr_verify_attn_params* c) {
     if (c->kernel != KDTR_VERIFY_ATTN_AUTO)
       fail(KDTR_ERR_INVALID_ARGUMENT, "verify_attn: kernel SIMT / MMA / WGMMA applies to the CUDA entry only");
     attn_lengths("verify_attn", p.prefix_len, p.tree_len, p.B, p.T, p.S);
-    verify_attn_cpu(p);
+    cpu::verify_attn(p);
     c->kernel_ran = "cpu_f64";
     return KDTR_OK;
   });
@@ -456,7 +451,7 @@ int kdtr_verify_attn_cpu(kdtr_verify_attn_params* c) {
 
 int kdtr_tree_accept_cpu(kdtr_tree_accept_params* c) {
   return guarded([&] {
-    tree_accept_cpu(tree_accept_checked(c, "tree_accept"));
+    cpu::tree_accept(tree_accept_checked(c, "tree_accept"));
     return KDTR_OK;
   });
 }
@@ -466,10 +461,7 @@ int kdtr_greedy_step_cpu(kdtr_greedy_step_params* c) {
     Chain ch = greedy_step_checked(c, "greedy_step");
     attn_lengths("greedy_step", c->prefix_len, nullptr, c->B, c->N + 1, c->S);
     ch.build.kernel = TREE_BUILD_KERNEL_HEAP;
-    tree_build_cpu(ch.build);
-    greedy_step_tree_len_cpu(ch.tree_len);
-    verify_attn_cpu(ch.attn);
-    tree_accept_cpu(ch.accept);
+    cpu::greedy_step(ch);
     c->attn_kernel_ran = "cpu_f64";
     return KDTR_OK;
   });

@@ -4,7 +4,7 @@
 //   kdtr_greedy_step --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
 //                    [--kernel auto|simt|mma|wgmma]
 //
-// Reads from GOLDEN the inputs of kdtr::ops::greedy_step_chain() (kdtr_ops.hpp; contract:
+// Reads from GOLDEN the inputs of kdtr::ops::greedy_step_chain() (greedy_step_chain.hpp; contract:
 // docs/ops/greedy_step.md; source: shared/DESIGN.md 3.4)
 //   tree_build:  input.top_log_probs f32 [B,D,K], input.top_token_ids i64 [B,D,K],
 //                input.root_token_ids i64 [B], input.budget i32 [B], input.depth_limit i32 [B],
@@ -38,9 +38,10 @@
 // kdtr_cli.hpp (check_limits).  Per-request defects of the draft
 // (budget, depth_limit, log-probs, ids) are tree_build statuses, not input errors.
 //
-// Compiles as CUDA (nvcc, linked with kernels/greedy_step.cu and the kernels of
-// tree_build, verify_attn and tree_accept) or as plain C++ for the CPU-only build
-// (g++ -x c++ -DKDTR_NO_CUDA).
+// Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
+// linked with the chain's wiring (greedy_step_chain.cpp), the four CPU cores (cpu/*.cpp:
+// cpu::greedy_step runs the chain on the CPU) and, in the CUDA build, kernels/greedy_step.cu
+// and the kernels of tree_build, verify_attn and tree_accept; it includes no core.
 
 #include <algorithm>
 #include <cstdint>
@@ -48,16 +49,16 @@
 #include <variant>
 #include <vector>
 
-#include "greedy_step.cuh"
+#include "greedy_step_chain.hpp"
+#include "greedy_step_params.h"
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
-#include "tree_accept.cuh"
-#include "tree_build.cuh"
-#include "verify_attn.cuh"
 
 #ifndef KDTR_NO_CUDA
 #include "greedy_step_launch.h"
+#include "kdtr_cuda.hpp"
 #include "tree_accept_launch.h"
 #include "tree_build_launch.h"
 #include "verify_attn_launch.h"
@@ -82,7 +83,7 @@ void check_attn_values(ops::Inputs& in) {
     const int64_t pl = prefix_len[b];
     const std::string req = "request " + std::to_string(b) + ": ";
     if (pl < 0) ops::invalid(g, "input.prefix_len", req + "prefix_len " + std::to_string(pl) + " is negative");
-    if (!verify_attn_lengths_ok(pl, T, T, S))
+    if (!cpu::verify_attn_lengths_ok(pl, T, T, S))
       ops::invalid(g, "input.prefix_len",
                    req + "prefix_len " + std::to_string(pl) + " + T " + std::to_string(T) +
                        " (the largest tree_len) exceeds the cache rows S = " + std::to_string(S));
@@ -116,7 +117,7 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
   cli::require_scratch_bytes(g, "metadata max_budget",
                              tree_len + cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]),
                                                                       static_cast<uint64_t>(d["D"]),
-                                                                      sizeof(TreeBuildCand), cli::Bytes::product({0})),
+                                                                      cpu::tree_build_candidate_bytes(), cli::Bytes::product({0})),
                              "tree_build: " + d.eq("N") + ", " + d.eq("D"));
   const int32_t* prefix_len = in.get<const int32_t>("input.prefix_len");
   uint64_t L = 0;
@@ -132,7 +133,7 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
 std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, float sm_scale,
                      const std::string& attn_kernel) {
   // Everything that can refuse the problem is settled before any allocation.
-  const ops::GreedyStepParams host =
+  const GreedyStepParams host =
       ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
   // shared memory limits N; the select kernel where it fits
   const int32_t build_kernel = ops::configure_tree_build(host.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
@@ -143,7 +144,7 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
   cli::DeviceBuffer<int32_t> tree_len(static_cast<size_t>(in.dim("B")));  // the chain's own, poisoned
   tree_len.fill_bytes(cli::kPoison);
   const ops::Device dev(in, out);
-  ops::GreedyStepParams c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
+  GreedyStepParams c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
   c.build.kernel = build_kernel;
   const cudaStream_t s = dev.stream.get();
   auto chain = [&]() -> cudaError_t {
@@ -182,14 +183,9 @@ int run(const cli::Args& args) {
   } else {
     // The same chain with the three CPU cores, tree_len in host memory.
     std::vector<int32_t> tree_len(static_cast<size_t>(in.dim("B")));
-    const ops::GreedyStepParams c =
+    const GreedyStepParams c =
         ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), tree_len.data(), sm_scale);
-    cli::run_cpu_timed(args.repeat, [&] {
-      tree_build_cpu(c.build);
-      greedy_step_tree_len_cpu(c.tree_len);
-      verify_attn_cpu(c.attn);
-      tree_accept_cpu(c.accept);
-    });
+    cli::run_cpu_timed(args.repeat, [&] { cpu::greedy_step(c); });
     kernel = "cpu_f64";
   }
   ops::write_outputs(args, golden, "greedy_step", out, &kernel);

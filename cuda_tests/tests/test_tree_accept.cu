@@ -9,17 +9,20 @@
 // [B,T], status i32 [B]) with metadata op="tree_accept", config (copied from the golden),
 // backend, device.  Exit codes and the --repeat line: docs/binaries.md.
 //
-// Compiles as CUDA (nvcc, linked with kernels/tree_accept.cu) or as plain C++ for the
-// CPU-only build (g++ -x c++ -DKDTR_NO_CUDA).
+// Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
+// linked with the CPU core (cpu/tree_accept.cpp) and, in the CUDA build, the kernel
+// (kernels/tree_accept.cu); it includes neither core.
 
 #include <string>
 
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
-#include "tree_accept.cuh"
+#include "tree_accept_params.h"
 
 #ifndef KDTR_NO_CUDA
+#include "kdtr_cuda.hpp"
 #include "tree_accept_launch.h"
 #endif
 
@@ -48,7 +51,7 @@ int run(const cli::Args& args) {
 #endif
   } else {
     const TreeAcceptParams p = ops::tree_accept_params(ops::Slots(in.dims()).add(in).add(out));
-    cli::run_cpu_timed(args.repeat, [&] { tree_accept_cpu(p); });
+    cli::run_cpu_timed(args.repeat, [&] { cpu::tree_accept(p); });
   }
   ops::write_outputs(args, golden, op.name, out);
   return cli::EXIT_OK;

@@ -19,8 +19,9 @@
 // resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything is
 // allocated.  Exit codes, limits and the --repeat line: docs/binaries.md.
 //
-// Compiles as CUDA (nvcc, linked with kernels/tree_build.cu) or as plain C++ for the
-// CPU-only build (g++ -x c++ -DKDTR_NO_CUDA).
+// Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
+// linked with the CPU core (cpu/tree_build.cpp) and, in the CUDA build, the kernels
+// (kernels/tree_build.cu); it includes neither core.
 
 #include <cstdint>
 #include <string>
@@ -29,10 +30,12 @@
 
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
-#include "tree_build.cuh"
+#include "tree_build_params.h"
 
 #ifndef KDTR_NO_CUDA
+#include "kdtr_cuda.hpp"
 #include "tree_build_launch.h"
 #endif
 
@@ -60,12 +63,12 @@ void check_limits(const File& g, const ops::Dims& d, const ops::Outputs& out, bo
   out.require_within_limit(g, "metadata max_budget", d.eq("B") + ", T = max_budget + 1 = " + std::to_string(d["T"]));
   if (cpu) {
     const cli::Bytes set =
-        select ? cli::Bytes::product({static_cast<uint64_t>(tree_select_set_bytes(tree_select_capacity(d["N"]))), 1}) +
+        select ? cli::Bytes::product({static_cast<uint64_t>(cpu::tree_build_select_set_bytes(d["N"])), 1}) +
                      cli::Bytes::product({static_cast<uint64_t>(d["D"]), static_cast<uint64_t>(d["K"]), 8})
                : cli::Bytes::product({0});
     cli::require_scratch_bytes(g, "metadata max_budget",
                                cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]), static_cast<uint64_t>(d["D"]),
-                                                             sizeof(TreeBuildCand), set),
+                                                             cpu::tree_build_candidate_bytes(), set),
                                d.eq("N") + ", " + d.eq("D"));
   }
 }
@@ -104,7 +107,7 @@ int run(const cli::Args& args) {
     p.kernel = want == TREE_BUILD_KERNEL_SELECT ? TREE_BUILD_KERNEL_SELECT : TREE_BUILD_KERNEL_HEAP;
     fallback_flags.assign(static_cast<size_t>(in.dim("B")), 0);
     p.heap_fallback = fallback_flags.data();
-    cli::run_cpu_timed(args.repeat, [&] { tree_build_cpu(p); });
+    cli::run_cpu_timed(args.repeat, [&] { cpu::tree_build(p); });
     kernel = p.kernel == TREE_BUILD_KERNEL_SELECT ? "cpu_select" : "cpu_heap";
   }
   // select_fallbacks: valid requests the select build handed to the heap build (same

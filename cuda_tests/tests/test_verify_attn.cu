@@ -17,8 +17,9 @@
 // the resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything
 // is allocated.
 //
-// Compiles as CUDA (nvcc, linked with kernels/verify_attn.cu) or as plain C++ for the
-// CPU-only build (g++ -x c++ -DKDTR_NO_CUDA).
+// Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
+// linked with the CPU core (cpu/verify_attn.cpp) and, in the CUDA build, the kernels
+// (kernels/verify_attn.cu, verify_attn_sm90.cu); it includes neither core.
 
 #include <algorithm>
 #include <cstdint>
@@ -26,10 +27,12 @@
 
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
-#include "verify_attn.cuh"
+#include "verify_attn_params.h"
 
 #ifndef KDTR_NO_CUDA
+#include "kdtr_cuda.hpp"
 #include "verify_attn_launch.h"
 #endif
 
@@ -55,7 +58,7 @@ void check_values(ops::Inputs& in) {
     if (tl < 0 || tl > T)
       ops::invalid(g, "input.tree_len",
                    req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]");
-    if (!verify_attn_lengths_ok(pl, tl, T, S))
+    if (!cpu::verify_attn_lengths_ok(pl, tl, T, S))
       ops::invalid(g, "input.prefix_len",
                    req + "prefix_len " + std::to_string(pl) + " + tree_len " + std::to_string(tl) +
                        " exceeds the cache rows S = " + std::to_string(S));
@@ -118,7 +121,7 @@ int run(const cli::Args& args) {
   } else {
     const VerifyAttnProblem p =
         ops::verify_attn_params(ops::Slots(in.dims()).add(in).add(out), in.scalar<float>("input.sm_scale"));
-    cli::run_cpu_timed(args.repeat, [&] { verify_attn_cpu(p); });
+    cli::run_cpu_timed(args.repeat, [&] { cpu::verify_attn(p); });
     kernel = "cpu_f64";
   }
   ops::write_outputs(args, golden, op.name, out, &kernel);

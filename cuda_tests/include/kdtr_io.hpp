@@ -1,0 +1,381 @@
+// kdtr_io.hpp -- the generic input reader, output set and parameter wiring of the
+// kdtr_<op> binaries, built on the op table (kdtr_ops.hpp; docs/binaries.md, "The op table").
+//
+// From an op's declaration (OpDecl) each binary
+//   - reads and checks its inputs (Inputs::read): a dim is bound by the first tensor that
+//     shows it and every later tensor must agree (kdtr::File::get's WrongShape), each dim
+//     is checked once against its bound, where it first appears in a tensor;
+//   - declares its outputs (Outputs::declare), checks their bytes against the output limit
+//     (Outputs::require_within_limit), allocates them poisoned (Outputs::allocate) and
+//     writes them in declaration order with kdtr::Writer (write_outputs);
+//   - fills the op's parameter struct (TreeBuildParams, VerifyAttnProblem,
+//     TreeAcceptParams of <op>_params.h) from host or device pointers by name (Slots,
+//     *_params).
+//
+// What stays in test_<op>.cu is op-specific: value checks (d_v, lengths), the CPU
+// scratch limits, the CUDA kernel choice, and which struct goes to which backend.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kdtr.hpp"
+#include "kdtr_cli.hpp"
+#include "kdtr_ops.hpp"
+#include "tree_accept_params.h"
+#include "tree_build_params.h"
+#include "verify_attn_params.h"
+
+namespace kdtr {
+namespace ops {
+
+// ---------------------------------------------------------------------------------------
+// Dims and tensors
+// ---------------------------------------------------------------------------------------
+
+class Dims {
+ public:
+  bool has(const std::string& d) const { return v_.count(d) != 0; }
+  int64_t operator[](const std::string& d) const {
+    auto it = v_.find(d);
+    if (it == v_.end()) throw std::logic_error("kdtr::ops: dim " + d + " is not bound");
+    return it->second;
+  }
+  void set(const std::string& d, int64_t value) { v_[d] = value; }
+  // "B = 3" (for limit messages).
+  std::string eq(const std::string& d) const { return d + " = " + std::to_string((*this)[d]); }
+
+ private:
+  std::map<std::string, int64_t> v_;
+};
+
+// One tensor of an input or output set: `data` points into the golden's mapping (inputs)
+// or at `storage` (outputs).
+struct Tensor {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<uint64_t> shape;
+  uint64_t nbytes = 0;
+  void* data = nullptr;
+  std::vector<uint8_t> storage;
+};
+
+class TensorList {
+ public:
+  const std::vector<Tensor>& all() const { return t_; }
+  const Tensor& find(const std::string& name) const {
+    for (const Tensor& t : t_)
+      if (t.name == name) return t;
+    throw std::logic_error("kdtr::ops: no tensor " + name);
+  }
+  // The data of `name` as T (T of the dtype's item size).
+  template <class T>
+  T* get(const std::string& name) const {
+    const Tensor& t = find(name);
+    if (sizeof(T) != dtype_itemsize(t.dtype)) throw std::logic_error("kdtr::ops: " + name + " read as a wrong type");
+    return static_cast<T*>(t.data);
+  }
+
+ protected:
+  std::vector<Tensor> t_;
+};
+
+namespace detail {
+
+// kdtr::File::get (its lookup, dtype and shape checks and their messages) for a shape
+// known at run time: -1 matches any size.
+template <class U>
+void get_shape(const File& g, const std::string& name, const std::vector<int64_t>& s, DType dt) {
+  switch (s.size()) {
+    case 0: (void)g.get<U>(name, {}, dt); break;
+    case 1: (void)g.get<U>(name, {s[0]}, dt); break;
+    case 2: (void)g.get<U>(name, {s[0], s[1]}, dt); break;
+    case 3: (void)g.get<U>(name, {s[0], s[1], s[2]}, dt); break;
+    case 4: (void)g.get<U>(name, {s[0], s[1], s[2], s[3]}, dt); break;
+    default: throw std::logic_error("kdtr::ops: rank over 4 in the op table");
+  }
+}
+
+inline void get_checked(const File& g, const std::string& name, const std::vector<int64_t>& s, DType dt) {
+  switch (dtype_itemsize(dt)) {
+    case 1: get_shape<uint8_t>(g, name, s, dt); break;
+    case 2: get_shape<uint16_t>(g, name, s, dt); break;
+    case 4: get_shape<uint32_t>(g, name, s, dt); break;
+    default: get_shape<uint64_t>(g, name, s, dt); break;
+  }
+}
+
+}  // namespace detail
+
+// An input error about a value (exit 2): "InvalidArgument: <path>: <tensor>: <detail>".
+[[noreturn]] inline void invalid(const File& g, const std::string& tensor, const std::string& detail) {
+  throw Error(ErrorCode::InvalidArgument, g.path(), tensor, NO_OFFSET, detail);
+}
+
+// The inputs of a golden, read and checked op by op against the table.
+class Inputs : public TensorList {
+ public:
+  Inputs(const File& golden, std::vector<Bound> bounds) : g_(golden), bounds_(std::move(bounds)) {}
+
+  // Read op's inputs in table order (skipping the `wired` ones), then its metadata.
+  void read(const OpDecl& op, const std::vector<std::pair<const char*, const char*>>& wired = {}) {
+    for (const TensorDecl& t : op.inputs) {
+      bool is_wired = false;
+      for (const auto& w : wired) is_wired = is_wired || t.name == std::string(w.first);
+      if (!is_wired) read_tensor(t);
+    }
+    if (op.max_budget) {
+      const int64_t N = cli::read_max_budget(g_);
+      dims_.set("N", N);
+      dims_.set("T", N + 1);
+    }
+  }
+  void read(const Link& link) { read(*link.op, link.wired); }
+
+  const File& golden() const { return g_; }
+  const Dims& dims() const { return dims_; }
+  int64_t dim(const std::string& d) const { return dims_[d]; }
+  // Bind a dim that is a value, not a shape (d_v).
+  void bind(const std::string& d, int64_t value) { dims_.set(d, value); }
+  // The scalar input `name` (shape []).
+  template <class T>
+  T scalar(const std::string& name) const {
+    return *get<const T>(name);
+  }
+
+ private:
+  const Bound* bound(const std::vector<std::string>& dims) const {
+    for (const Bound& b : bounds_) {
+      if (b.dims.size() != dims.size()) continue;
+      bool same = true;
+      for (size_t k = 0; k < dims.size(); ++k) same = same && dims[k] == b.dims[k];
+      if (same) return &b;
+    }
+    return nullptr;
+  }
+
+  void read_tensor(const TensorDecl& t) {
+    const TensorView& v = g_.tensor(t.name);
+    DType dt = t.dtype;
+    if (t.rule == DtypeRule::Float) {
+      if (v.dtype != DType::F32 && v.dtype != DType::BF16)
+        throw Error(ErrorCode::WrongDtype, g_.path(), v.name, NO_OFFSET,
+                    std::string("tensor has dtype ") + dtype_name(v.dtype) + ", expected f32 or bf16");
+      dt = float_dtype_ = v.dtype;
+    } else if (t.rule == DtypeRule::SameFloat) {
+      dt = float_dtype_;
+    }
+    std::vector<int64_t> want;
+    for (const char* d : t.dims) want.push_back(dims_.has(d) ? dims_[d] : -1);
+    const bool none_known = std::all_of(want.begin(), want.end(), [](int64_t w) { return w == -1; });
+    if (t.rank_names_dims && none_known && v.shape.size() != t.dims.size())
+      throw Error(ErrorCode::WrongShape, g_.path(), v.name, NO_OFFSET,
+                  "tensor has " + std::to_string(v.shape.size()) + " dims, expected " +
+                      std::to_string(t.dims.size()) + " [" + detail::join(t.dims, ",") + "]");
+    detail::get_checked(g_, t.name, want, dt);
+    // Each dim against its bound, once: where it first shows in a tensor; then products.
+    for (size_t k = 0; k < t.dims.size(); ++k) {
+      const Bound* b = bound({t.dims[k]});
+      if (b == nullptr || checked_.count(t.dims[k])) continue;
+      cli::require_dim_at_most(g_, v.name, v.shape[k], b->max, t.dims[k]);
+      checked_.insert(t.dims[k]);
+    }
+    for (const Bound& b : bounds_) {
+      if (b.dims.size() < 2) continue;
+      const std::string label = detail::join(b.dims, "*");
+      uint64_t value = 1;
+      bool here = checked_.count(label) == 0;
+      for (const char* f : b.dims) {
+        size_t k = 0;
+        while (k < t.dims.size() && std::string(t.dims[k]) != f) ++k;
+        here = here && k < t.dims.size();
+        if (here) value *= v.shape[k];
+      }
+      if (!here) continue;
+      cli::require_dim_at_most(g_, v.name, value, b.max, label.c_str());
+      checked_.insert(label);
+    }
+    for (size_t k = 0; k < t.dims.size(); ++k)
+      if (!dims_.has(t.dims[k])) dims_.set(t.dims[k], static_cast<int64_t>(v.shape[k]));
+    Tensor in;
+    in.name = t.name;
+    in.dtype = dt;
+    in.shape = v.shape;
+    in.nbytes = v.nbytes;
+    in.data = const_cast<uint8_t*>(v.data);
+    t_.push_back(std::move(in));
+  }
+
+  const File& g_;
+  std::vector<Bound> bounds_;
+  Dims dims_;
+  std::set<std::string> checked_;
+  DType float_dtype_ = DType::F32;
+};
+
+// d_v, the i32 scalar input.d_v, in [1, Dqk]; bound as the dim d_v of the outputs.
+inline int64_t read_d_v(Inputs& in) {
+  const int32_t d_v = in.scalar<int32_t>("input.d_v");
+  const int64_t Dqk = in.dim("Dqk");
+  if (d_v < 1 || d_v > Dqk)
+    invalid(in.golden(), "input.d_v",
+            "d_v " + std::to_string(d_v) + " is outside [1, Dqk = " + std::to_string(Dqk) + "]");
+  in.bind("d_v", d_v);
+  return d_v;
+}
+
+// The outputs of one run: declared from the table (shapes only), checked against the
+// output limit, then allocated with every byte kPoison (an element the op fails to write
+// cannot pass an exact comparison by chance).
+class Outputs : public TensorList {
+ public:
+  // op's outputs, named prefix + name, shaped by `dims`.
+  void declare(const OpDecl& op, const Dims& dims, const std::string& prefix = "") {
+    for (const TensorDecl& d : op.outputs) {
+      Tensor t;
+      t.name = prefix + d.name;
+      t.dtype = d.dtype;
+      for (const char* n : d.dims) t.shape.push_back(static_cast<uint64_t>(dims[n]));
+      std::vector<uint64_t> factors = t.shape;
+      factors.push_back(dtype_itemsize(d.dtype));
+      const cli::Bytes b = cli::Bytes::product(factors);
+      bytes_ = bytes_ + b;
+      t.nbytes = b.exact;
+      t_.push_back(std::move(t));
+    }
+  }
+  const cli::Bytes& bytes() const { return bytes_; }
+  // Every output together against kMaxOutputBytes (cli::require_output_bytes).
+  void require_within_limit(const File& g, const std::string& field, const std::string& dims_text) const {
+    cli::require_output_bytes(g, field, bytes_, dims_text);
+  }
+  void allocate() {
+    for (Tensor& t : t_) {
+      t.storage.assign(static_cast<size_t>(t.nbytes), cli::kPoison);
+      t.data = t.storage.data();
+    }
+  }
+
+ private:
+  cli::Bytes bytes_;
+};
+
+// OUT: the outputs in declaration order, with metadata op, config (the golden's, as is),
+// backend, device and, where given, kernel and further int entries (`extra`).
+inline void write_outputs(const cli::Args& args, const File& golden, const char* op, const TensorList& out,
+                          const std::string* kernel = nullptr,
+                          const std::vector<std::pair<std::string, int64_t>>& extra = {}) {
+  Writer w;
+  for (const Tensor& t : out.all()) w.add(t.name, t.dtype, t.shape, t.data, static_cast<size_t>(t.nbytes));
+  w.set_metadata("op", op);
+  if (const MetaValue* config = cli::golden_config(golden)) w.set_metadata("config", *config);
+  w.set_metadata("backend", args.backend);
+  w.set_metadata("device", cli::device_name(args));
+  if (kernel != nullptr) w.set_metadata("kernel", *kernel);
+  for (const auto& kv : extra) w.set_metadata(kv.first, kv.second);
+  w.write(args.output);
+}
+
+// ---------------------------------------------------------------------------------------
+// Parameter structs from pointers by name (host or device pointers alike)
+// ---------------------------------------------------------------------------------------
+
+class Slots {
+ public:
+  explicit Slots(const Dims& dims) : dims_(&dims) {}
+  Slots& add(const std::string& name, void* p, DType dt) {
+    p_[name] = {p, dt};
+    return *this;
+  }
+  Slots& add(const TensorList& l) {
+    for (const Tensor& t : l.all()) add(t.name, t.data, t.dtype);
+    return *this;
+  }
+  // `to` (an op's input) is the tensor `from` (an earlier op's output).
+  Slots& wire(const std::string& to, const std::string& from) { return add(to, at(from).first, at(from).second); }
+  // field = the pointer of `name` (T of the dtype's item size).
+  template <class T>
+  const Slots& bind(T*& field, const std::string& name) const {
+    const auto& s = at(name);
+    if (sizeof(T) != dtype_itemsize(s.second)) throw std::logic_error("kdtr::ops: " + name + " read as a wrong type");
+    field = static_cast<T*>(s.first);
+    return *this;
+  }
+  // Each field = its dim.
+  const Slots& dims(std::initializer_list<std::pair<int64_t*, const char*>> fields) const {
+    for (const auto& f : fields) *f.first = (*dims_)[f.second];
+    return *this;
+  }
+  DType dtype(const std::string& name) const { return at(name).second; }
+  const void* raw(const std::string& name) const { return at(name).first; }
+
+ private:
+  const std::pair<void*, DType>& at(const std::string& name) const {
+    auto it = p_.find(name);
+    if (it == p_.end()) throw std::logic_error("kdtr::ops: no slot " + name);
+    return it->second;
+  }
+  const Dims* dims_;
+  std::map<std::string, std::pair<void*, DType>> p_;
+};
+
+// Inputs are "input.<name>"; outputs are `out` + "<name>" ("" or "<op>." in a chain); the
+// field's type says the element type (Slots::bind checks the item size).
+inline TreeBuildParams tree_build_params(const Slots& s, const std::string& out = "") {
+  TreeBuildParams p;
+  s.bind(p.top_log_probs, "input.top_log_probs").bind(p.top_token_ids, "input.top_token_ids");
+  s.bind(p.root_token_ids, "input.root_token_ids").bind(p.budget, "input.budget");
+  s.bind(p.depth_limit, "input.depth_limit").bind(p.node_count, out + "node_count");
+  s.bind(p.node_token_ids, out + "node_token_ids").bind(p.node_depths, out + "node_depths");
+  s.bind(p.parents, out + "parents").bind(p.next_token, out + "next_token");
+  s.bind(p.next_sibling, out + "next_sibling").bind(p.visibility, out + "visibility");
+  s.bind(p.status, out + "status").dims({{&p.B, "B"}, {&p.D, "D"}, {&p.K, "K"}, {&p.N, "N"}});
+  return p;
+}
+
+// sm_scale is a value (the host's input.sm_scale), not a pointer.
+inline VerifyAttnProblem verify_attn_params(const Slots& s, float sm_scale, const std::string& out = "") {
+  VerifyAttnProblem p;
+  p.input = s.dtype("input.q") == DType::BF16 ? VerifyAttnInput::BF16 : VerifyAttnInput::F32;
+  p.q = s.raw("input.q");
+  p.kv_cache = s.raw("input.kv_cache");
+  s.bind(p.prefix_len, "input.prefix_len").bind(p.tree_len, "input.tree_len");
+  s.bind(p.visibility, "input.visibility").bind(p.out, out + "out").bind(p.lse, out + "lse");
+  s.dims({{&p.B, "B"}, {&p.T, "T"}, {&p.H, "H"}, {&p.S, "S"}, {&p.Dqk, "Dqk"}, {&p.d_v, "d_v"}});
+  p.sm_scale = sm_scale;
+  return p;
+}
+
+// verify_attn's --kernel (kdtr_verify_attn, and kdtr_greedy_step for its verify_attn
+// stage): "auto" (the default), "simt", "mma" or "wgmma".  Anything else, or a forced
+// kernel with --backend cpu, is a usage error (exit 2), in the CPU-only build too.
+inline std::string verify_attn_kernel_option(const cli::Args& args, const std::string& prog) {
+  auto it = args.extra.find("kernel");
+  const std::string k = it == args.extra.end() ? "auto" : it->second;
+  if (k != "auto" && k != "simt" && k != "mma" && k != "wgmma")
+    cli::die(cli::EXIT_USAGE,
+             "--kernel must be auto, simt, mma or wgmma, not '" + k + "'; " + cli::Args::usage(prog, {"kernel"}));
+  if (k != "auto" && !args.cuda())
+    cli::die(cli::EXIT_USAGE, "--kernel " + k + " applies to --backend cuda only; " + cli::Args::usage(prog, {"kernel"}));
+  return k;
+}
+
+inline TreeAcceptParams tree_accept_params(const Slots& s, const std::string& out = "") {
+  TreeAcceptParams p;
+  s.bind(p.node_token_ids, "input.node_token_ids").bind(p.next_token, "input.next_token");
+  s.bind(p.next_sibling, "input.next_sibling").bind(p.node_count, "input.node_count");
+  s.bind(p.target_predict, "input.target_predict").bind(p.accepted_count, out + "accepted_count");
+  s.bind(p.accepted_path, out + "accepted_path").bind(p.proposed, out + "proposed");
+  s.bind(p.status, out + "status").dims({{&p.B, "B"}, {&p.T, "T"}});
+  return p;
+}
+
+}  // namespace ops
+}  // namespace kdtr
