@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """compare() against a plain byte comparison, and its share of `kdtr run --backend cpu`.
 
-Issue 12 item 4 / DESIGN 7: "comparing identical outputs costs about a byte comparison".
+The target: "comparing identical outputs costs about a byte comparison".
 
 1. Identical tensors (default 4,194,304 elements of u8, i32, f32 and bf16, under the
    contract a golden of that dtype carries: exact for integers, allclose atol=1e-5 nan=fail

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark the KDTR format: checksums near memory speed, the header in one pass.
 
-shared/DESIGN.md section 7 and issue 12 (items 3, 5, 6) set these targets on the 2-core
-development machine, each measured here beside its peer in the same run:
+The targets on the 2-core development machine, each measured here beside its peer in the
+same run:
 
 1. ``kdtr.load(path, verify=True)`` of a 512 MiB file (8 f32 tensors of 64 MiB) at
    >= 8 GB/s and >= 0.7x the rate of reading the mapped bytes. Peer: map the file

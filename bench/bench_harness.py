@@ -1,6 +1,6 @@
 """Wall time of `kdtr run` over the committed goldens: batch mode (one binary process per
 op, backend and device) beside one process per golden, and the Python start-up beside both
-(shared/DESIGN.md section 7; issue 12).
+(docs/benchmarks.md, "Harness wall time").
 
     python bench/bench_harness.py --backend cpu [--repeat 5]
     python bench/bench_harness.py --backend cuda --device all --sanitizer memcheck

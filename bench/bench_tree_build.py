@@ -5,7 +5,7 @@ shared/DESIGN.md section 7: on an H200, D=16, K=16, tree_build must take at most
 B=1, N=64, 60 us at B=1, N=1024 and 150 us at B=64, N=1024, there at least 1500x faster
 than the numpy reference measured in the same run, with a bit-exact output order. This
 script measures that for each kernel of ``build/bin/kdtr_tree_build`` named by
-``--kernels`` (default ``select,heap``: ``select`` the parallel kernel of issue 11, ``heap``
+``--kernels`` (default ``select,heap``: ``select`` the parallel select kernel, ``heap``
 the one-thread best-first heap per request; ``auto`` is the binary's own choice), for
 B in {1, 4, 16, 64, 256} x N in {64, 256, 1024, 4096} (``--batches``, ``--budgets``),
 D=16, K=16:
@@ -23,7 +23,7 @@ D=16, K=16:
   that file, in the same run; its timing line gives the median and min over R runs of the
   kernel alone (device events around the launch, after a warm-up; inputs already on the
   GPU: docs/binaries.md). Before the first configuration every kernel is tried once on a
-  B=1, N=8 file, so that a binary without ``--kernel`` (built before issue 11) or refusing
+  B=1, N=8 file, so that a binary without ``--kernel`` (built before the kernel choice) or refusing
   a kernel stops the script at once;
 - exactness: every kernel's output must equal the reference's exactly (every output, dtype
   and bytes) for all B requests -- for a scaled configuration against one more, untimed,
@@ -205,7 +205,7 @@ def run_binary(binary: Path, golden: Path, out: Path, backend: str, device: int,
     if r.returncode != 0:
         err = r.stderr.strip()
         if "unknown option --kernel" in err:
-            raise BinaryError(f"{binary} has no --kernel option (built before issue 11's kernel choice): "
+            raise BinaryError(f"{binary} has no --kernel option (built before the kernel choice): "
                               f"rebuild it with `make` ({err})", usage=True)
         raise BinaryError(f"{shlex.join(cmd)} exited {r.returncode}: {err}", usage=r.returncode == 2)
     m = TIMING_RE.search(r.stdout)

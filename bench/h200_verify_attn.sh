@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# verify_attn on the H200 device machine, in one call (issue 14: CUDA kernels simt, mma and
-# the Hopper wgmma).  Steps (KDTR_STEPS, default "build check bench sanitize sweep"):
+# verify_attn on the H200 device machine, in one call (its CUDA kernels simt, mma and the
+# Hopper wgmma).  Steps (KDTR_STEPS, default "build check bench sanitize sweep"):
 #   build     make -O (output kept per target) with NVCCFLAGS="-O2 -Xptxas -v" (MAKE_ARGS
 #             appended): kdtr_check, kdtr_verify_attn, kdtr_greedy_step; then the SASS summary
 #             of kdtr_verify_attn per kernel and arch (tools/sass_summary.py: HGMMA, HMMA,

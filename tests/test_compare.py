@@ -31,10 +31,10 @@ def cmp(e, a, c, dtype=np.float64):
     return compare("t", np.array(e, dtype=dtype), np.array(a, dtype=dtype), c)
 
 
-# ---- item 1: infinities ---------------------------------------------------------------
+# ---- infinities ----------------------------------------------------------------------
 
 
-def test_issue_lse_infinities() -> None:
+def test_lse_infinities_of_the_other_sign_or_against_finite_mismatch() -> None:
     r = compare("lse", [-inf, inf, 1], [3, -inf, 1], LOOSE)
     assert not r.ok and r.n_mismatch == 2
     assert [el.index for el in r.first] == [[0], [1]]
@@ -271,7 +271,7 @@ def test_empty_and_scalar() -> None:
     assert not r.ok and r.first[0].where() == "scalar" and r.max_abs_index == []
 
 
-# ---- item 9: the mismatch summary -------------------------------------------------------------
+# ---- the mismatch summary --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", [nan, inf, -inf], ids=["nan", "inf", "-inf"])

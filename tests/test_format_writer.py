@@ -77,7 +77,7 @@ def _assert_refused(tmp_path: Path, tensors, metadata=None, field: str | None = 
 
 
 def test_bool_bytes_other_than_0_1_are_refused(tmp_path):
-    """The issue's example: a u8 array viewed as bool. The reader says BadBoolValue."""
+    """A u8 array holding 2 viewed as bool: the reader says BadBoolValue, so the writer refuses it."""
     bad = np.array([0, 2, 1], np.uint8).view(bool)
     exc = _assert_refused(tmp_path, {"m": bad}, field="tensor 'm'", detail="bool byte 2 at element 1")
     assert "BadBoolValue" in exc.detail

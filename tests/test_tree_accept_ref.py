@@ -137,13 +137,14 @@ def test_matches_independent_walk(seed, count, depth, topk, vocab):
 
 # --- negative token ids ------------------------------------------------
 
-# The issue's inputs (T = 4): the old walk returned status 0 and proposed the padding
-# value -1 as the bonus token (a), or accepted the -1 draft token of slot 1 (b).
-ISSUE_A = dict(ids=[42, 5, -1, -1], nt=[1, -1, -1, -1], ns=[-1, -1, -1, -1], count=1, tp=[-1, 7, 0, 0])
-ISSUE_B = dict(ids=[42, -1, 7, -1], nt=[1, -1, -1, -1], ns=[-1, 2, -1, -1], count=2, tp=[-1, 55, 0, 0])
+# A -1 where a token id belongs (T = 4): a walk that does not check signs returns status 0
+# and proposes the padding value -1 as the bonus token (a), or accepts the -1 draft token
+# of slot 1 (b).
+MINUS_ONE_BONUS = dict(ids=[42, 5, -1, -1], nt=[1, -1, -1, -1], ns=[-1, -1, -1, -1], count=1, tp=[-1, 7, 0, 0])
+MINUS_ONE_DRAFT = dict(ids=[42, -1, 7, -1], nt=[1, -1, -1, -1], ns=[-1, 2, -1, -1], count=2, tp=[-1, 55, 0, 0])
 
 
-def issue_batch(case):
+def one_request(case):
     return batch(case["ids"], case["nt"], case["ns"], case["count"], case["tp"])
 
 
@@ -159,9 +160,9 @@ def test_negative_token_codes():
     assert len(set(STATUS_NAMES)) == len(STATUS_NAMES) == 5
 
 
-@pytest.mark.parametrize("case", [ISSUE_A, ISSUE_B], ids=["a", "b"])
-def test_issue_inputs_are_negative_token(case):
-    assert_rejected(tree_accept(**issue_batch(case)), STATUS_NEGATIVE_TOKEN, 4)
+@pytest.mark.parametrize("case", [MINUS_ONE_BONUS, MINUS_ONE_DRAFT], ids=["a", "b"])
+def test_minus_one_prediction_or_draft_is_negative_token(case):
+    assert_rejected(tree_accept(**one_request(case)), STATUS_NEGATIVE_TOKEN, 4)
 
 
 @pytest.mark.parametrize("field", ["node_token_ids", "target_predict"])
@@ -250,11 +251,11 @@ def _run_cpu(binary, golden, out):
     return kdtr.load(out).tensors
 
 
-# (row, status, accepted_path, proposed) at T = 4 for the binary: the issue's rows, the
+# (row, status, accepted_path, proposed) at T = 4 for the binary: rows a and b above, the
 # check order, and negatives past node_count (padding).
 BINARY_ROWS = [
-    (issue_batch(ISSUE_A), STATUS_NEGATIVE_TOKEN, [0, -1, -1, -1], [-1] * 4),
-    (issue_batch(ISSUE_B), STATUS_NEGATIVE_TOKEN, [0, -1, -1, -1], [-1] * 4),
+    (one_request(MINUS_ONE_BONUS), STATUS_NEGATIVE_TOKEN, [0, -1, -1, -1], [-1] * 4),
+    (one_request(MINUS_ONE_DRAFT), STATUS_NEGATIVE_TOKEN, [0, -1, -1, -1], [-1] * 4),
     # root 42 -> 1(5), 2(6): tp walks 0 -> 2, bonus 9; -1 and INT64_MIN past node_count
     (batch([42, 5, 6, -1], [1, -1, -1, -1], [-1, 2, -1, -1], 2, [6, 8, 9, np.iinfo(np.int64).min]),
      STATUS_OK, [0, 2, -1, -1], [6, 9, -1, -1]),
@@ -282,7 +283,7 @@ def test_binary_rows_are_right_in_the_reference():
         assert (r.status.tolist(), r.accepted_path.tolist(), r.proposed.tolist()) == ([status], [path], [proposed]), i
 
 
-def test_binary_cpu_issue_inputs_are_negative_token(repo_root, tmp_path):
+def test_binary_cpu_negative_token_rows(repo_root, tmp_path):
     x = {k: np.concatenate([r[0][k] for r in BINARY_ROWS]) for k in BINARY_ROWS[0][0]}
     golden = tmp_path / "negative.kdtr"
     kdtr.save(golden, {f"input.{k}": v for k, v in x.items()}, {"op": "tree_accept", "config": "negative"})

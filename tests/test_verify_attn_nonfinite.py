@@ -5,8 +5,9 @@ visible-key set; a row with a visible key is the max-subtracted formula in IEEE 
 with NaN propagating through the max -- a NaN or +inf visible score, or visible scores that
 are all -inf, make lse and every out element NaN; a -inf score among finite ones has
 weight 0 and a weight-0 key contributes nothing (not 0 * inf); no visible key (and every
-padding row) gives out 0, lse -inf. Checked here for the float64 reference (against the
-issue's inputs and an independent per-row implementation of the rule), for the CPU binary
+padding row) gives out 0, lse -inf. Checked here for the float64 reference (against a
+small problem with one NaN or infinity planted at a time and an independent per-row
+implementation of the rule), for the CPU binary
 (build/bin/kdtr_verify_attn --backend cpu) on the same inputs, and for the committed
 goldens nan_scores / nan_scores_bf16.
 """
@@ -80,8 +81,9 @@ def assert_same_classes_and_close(out, lse, e_out, e_lse, atol=1e-9, rtol=1e-9, 
         np.testing.assert_allclose(a[fin], e[fin], atol=atol, rtol=rtol, err_msg=f"{what} {name}")
 
 
-def issue_inputs():
-    """The issue's problem: B=1, T=2, H=1, Dqk=Dv=4, prefix 2, tree 2, lower-triangular visibility."""
+def small_problem():
+    """A small finite problem to plant one NaN or infinity in: B=1, T=2, H=1, Dqk=Dv=4, prefix 2,
+    tree 2, lower-triangular visibility."""
     rng = np.random.default_rng(8)
     return {
         "q": rng.standard_normal((1, 2, 1, 4)).astype(np.float32),
@@ -99,8 +101,8 @@ def ref(x):
     return r.out, r.lse
 
 
-def test_issue_nan_in_q_makes_that_row_nan_not_empty():
-    x = issue_inputs()
+def test_nan_in_q_makes_that_row_nan_not_empty():
+    x = small_problem()
     clean_out, clean_lse = ref(x)
     x["q"][0, 1, 0, 2] = np.nan
     out, lse = ref(x)
@@ -108,21 +110,21 @@ def test_issue_nan_in_q_makes_that_row_nan_not_empty():
     assert np.array_equal(out[0, 0], clean_out[0, 0]) and np.array_equal(lse[0, 0], clean_lse[0, 0])
 
 
-def test_issue_nan_in_prefix_key_makes_every_row_nan():
-    x = issue_inputs()
+def test_nan_in_prefix_key_makes_every_row_nan():
+    x = small_problem()
     x["kv_cache"][0, 0, 1] = np.nan
     out, lse = ref(x)
     assert np.isnan(lse).all() and np.isnan(out).all()  # not out [0, NaN, 0, 0] with lse -inf
 
 
 def test_plus_inf_score_all_minus_inf_and_empty_rows():
-    x = issue_inputs()
+    x = small_problem()
     x["q"][0, 0, 0] = [np.inf, 0.0, 0.0, 0.0]
     x["kv_cache"][0, :, 0] = np.abs(x["kv_cache"][0, :, 0]) + 0.5  # every score of row 0 is +inf
     out, lse = ref(x)
     assert np.isnan(lse[0, 0]).all() and np.isnan(out[0, 0]).all()
 
-    x = issue_inputs()
+    x = small_problem()
     x["prefix_len"][0] = 0
     x["kv_cache"] = x["kv_cache"][:, :2].copy()
     x["kv_cache"][0, 0, 3] = -np.inf  # tree slot 0's key
@@ -138,7 +140,7 @@ def test_plus_inf_score_all_minus_inf_and_empty_rows():
 
 def test_minus_inf_score_with_infinite_value_gives_no_nan():
     """0 * inf is NaN in IEEE; a weight-0 key must contribute nothing instead."""
-    x = issue_inputs()
+    x = small_problem()
     x["kv_cache"][0, 0, 1] = -np.inf  # prefix key 0: value dim 1 is -inf
     x["q"][0, :, 0, 1] = np.abs(x["q"][0, :, 0, 1]) + 0.5  # so its scores are -inf: weight 0
     out, lse = ref(x)
@@ -151,18 +153,18 @@ def test_minus_inf_score_with_infinite_value_gives_no_nan():
 
 
 def test_nan_in_a_tree_key_only_reaches_rows_that_see_it():
-    x = issue_inputs()
+    x = small_problem()
     x["kv_cache"][0, 3, 0] = np.nan  # tree slot 1: visible to row 1 only (lower triangular)
     out, lse = ref(x)
     assert np.isfinite(out[0, 0]).all() and np.isfinite(lse[0, 0]).all()
     assert np.isnan(out[0, 1]).all() and np.isnan(lse[0, 1]).all()
-    clean_out, clean_lse = ref(issue_inputs())
+    clean_out, clean_lse = ref(small_problem())
     assert np.array_equal(out[0, 0], clean_out[0, 0]) and np.array_equal(lse[0, 0], clean_lse[0, 0])
 
 
 def test_huge_finite_row_is_rounded_not_nan():
     """A finite float64 lse beyond the f32 range rounds to +inf as any cast; out stays finite."""
-    x = issue_inputs()
+    x = small_problem()
     x["q"][0, 1, 0] = [1e20, 0, 0, 0]
     x["kv_cache"][0, 0] = [1e20, 1, 2, 3]
     x["sm_scale"] = np.array(1.0, np.float32)
@@ -229,25 +231,25 @@ def run_cpu(binary, x, tmp_path, name):
     return np.asarray(f.tensors["out"]), np.asarray(f.tensors["lse"])
 
 
-def issue_cases():
-    a = issue_inputs()
+def planted_cases():
+    a = small_problem()
     a["q"][0, 1, 0, 2] = np.nan
-    b = issue_inputs()
+    b = small_problem()
     b["kv_cache"][0, 0, 1] = np.nan
-    c = issue_inputs()
+    c = small_problem()
     c["kv_cache"][0, 3, 0] = np.nan
-    d = issue_inputs()
+    d = small_problem()
     d["kv_cache"][0, 0, 1] = -np.inf
     d["q"][0, :, 0, 1] = np.abs(d["q"][0, :, 0, 1]) + 0.5
-    e = issue_inputs()
+    e = small_problem()
     e["q"][0, 0, 0] = [np.inf, 0.0, 0.0, 0.0]
     e["kv_cache"][0, :, 0] = np.abs(e["kv_cache"][0, :, 0]) + 0.5
     return {"nan_q": a, "nan_prefix_key": b, "nan_tree_key": c, "neg_inf_value": d, "inf_q": e}
 
 
-@pytest.mark.parametrize("case", sorted(issue_cases()))
-def test_cpu_binary_on_the_issue_inputs(va_binary, tmp_path, case):
-    x = issue_cases()[case]
+@pytest.mark.parametrize("case", sorted(planted_cases()))
+def test_cpu_binary_on_one_planted_nonfinite_value(va_binary, tmp_path, case):
+    x = planted_cases()[case]
     out, lse = run_cpu(va_binary, x, tmp_path, case)
     e_out, e_lse = ref(x)
     assert_same_classes_and_close(out, lse, e_out, e_lse, atol=1e-6, rtol=1e-6, what=case)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200 device machine: the harness at hardware speed (issue 12; docs/benchmarks.md,
+# On the H200 device machine: the harness at hardware speed (docs/benchmarks.md,
 # "Harness wall time"). Builds the binaries, checks that batch and one-process-per-golden
 # runs report the same, times `kdtr run --backend cuda` both ways (bench/bench_harness.py)
 # on one device and, where the host has several, on all of them, and times the batched

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 on the H200 device machine: tree_build's build kernels (heap, select) checked
+# On the H200 device machine: tree_build's build kernels (heap, select) checked
 # and measured.  Logs go to $OUT (default ./h200-out).  Python deps missing there come as
 # wheels in .whl/.  KDTR_STEPS (default "build check sanitize profile bench") picks steps:
 #   build     make clean; make the tree_build and greedy_step binaries with nvcc

@@ -204,7 +204,8 @@ def _synth_negative(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict
     node_token_ids or target_predict is NEGATIVE_TOKEN wherever it is, reached by the walk
     or not; past node_count it is padding and does not count (docs/ops/tree_accept.md).
 
-    Rows: 0 well-formed; 1, 2 the issue's inputs (a) and (b) padded to T; 3 target_predict
+    Rows: 0 well-formed; 1, 2 a -1 prediction that would be the bonus token (a) and a -1
+    draft token the walk would accept (b), padded to T; 3 target_predict
     -1 at a live leaf the walk never reaches; 4 node_token_ids -5 at a live slot the walk
     never reaches; 5 a negative root token (slot 0 is live, though no walk reads it);
     6 negatives only past node_count (status OK, a real walk); 7 node_count out of range
@@ -226,7 +227,7 @@ def _synth_negative(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict
         slots = [s for s in range(1, t) if trees[r].depths[s] >= 2]
         return slots[int(rng.integers(0, len(slots)))]
 
-    def issue_row(r: int, row_ids, row_nt, row_ns, count: int, row_tp) -> None:
+    def padded_row(r: int, row_ids, row_nt, row_ns, count: int, row_tp) -> None:
         k = len(row_ids)
         ids[r], nt[r], ns[r], tp[r] = -1, -1, -1, 0
         ids[r, :k], nt[r, :k], ns[r, :k], tp[r, :k] = row_ids, row_nt, row_ns, row_tp
@@ -234,8 +235,8 @@ def _synth_negative(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict
 
     # rows 1, 2: target_predict -1 on the walked path (1: it would be the bonus token; 2: it
     # would accept a child whose draft token is -1)
-    issue_row(1, [42, 5, -1, -1], [1, -1, -1, -1], [-1, -1, -1, -1], 1, [-1, 7, 0, 0])
-    issue_row(2, [42, -1, 7, -1], [1, -1, -1, -1], [-1, 2, -1, -1], 2, [-1, 55, 0, 0])
+    padded_row(1, [42, 5, -1, -1], [1, -1, -1, -1], [-1, -1, -1, -1], 1, [-1, 7, 0, 0])
+    padded_row(2, [42, -1, 7, -1], [1, -1, -1, -1], [-1, 2, -1, -1], 2, [-1, 55, 0, 0])
     # row 3: target_predict -1 at a live leaf that the walk never reaches
     stop_at_root(3)
     leaves = [s for s in range(1, t) if trees[3].next_token[s] == -1 and trees[3].depths[s] >= 2]
