@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from conftest import REPO_ROOT
 from kdtr import goldens
 from kdtr import mutate as mut
 from kdtr.cli.main import main
-
-from conftest import REPO_ROOT
 from timing import HANG_GUARD, wait_for
 
 TA = "cuda_tests/kernels/tree_accept.cuh"
@@ -41,7 +39,7 @@ def test_catalogue_covers_every_op_with_at_least_60_mutants():
 
 def test_generic_triage_file_is_well_formed():
     triage = mut.load_triage(REPO_ROOT)
-    for (file, original, mutated), t in triage.items():
+    for file, original, mutated in triage:
         assert (REPO_ROOT / file).is_file(), file
         assert original != mutated
 
@@ -207,8 +205,9 @@ def test_end_to_end_outcomes_reports_and_exit_code(tmp_path):
 
 def test_a_failing_unmutated_build_stops_the_run(tmp_path):
     """If a golden fails on the unmutated build, no mutant can be judged: usage error."""
-    import kdtr
     import numpy as np
+
+    import kdtr
 
     gdir = tmp_path / "golden"
     (gdir / "tree_accept").mkdir(parents=True)
@@ -252,7 +251,8 @@ def test_sigterm_stops_the_run_promptly_and_writes_no_report(tmp_path):
     scratch = tmp_path / "tmp"  # TMPDIR of the run: its scratch directory, kdtr-mutate-*, appears here
     scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "kdtr.cli", "mutate", "--catalogue-dir", str(cat), "-j", "1",
-                             "--golden-dir", str(gdir), "--report-dir", str(rdir)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                             "--golden-dir", str(gdir), "--report-dir", str(rdir)], cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(scratch)))
     try:

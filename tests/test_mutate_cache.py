@@ -24,13 +24,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import REPO_ROOT, op_binary
 from kdtr import children, goldens
 from kdtr import mutate as mut
 from kdtr.cli.main import main
 from kdtr.mutate import execute, workspace
 from kdtr.vouch import Vouch
-
-from conftest import REPO_ROOT, op_binary
 
 TA = "cuda_tests/kernels/tree_accept.cuh"
 CORE = "int32_t accepted = 0;\nint kill_switch = 0;\n// a comment\n"
@@ -208,7 +207,8 @@ def test_a_source_of_another_binary_changes_nothing(warm, tmp_path):
 def test_a_changed_mutant_is_a_miss(warm):
     ws, plan, mutants, cache = warm
     m = mutants[0]
-    for changed in (dataclasses.replace(m, replace="int kill_switch = 7;"), dataclasses.replace(m, equivalent="claimed"),
+    for changed in (dataclasses.replace(m, replace="int kill_switch = 7;"),
+                    dataclasses.replace(m, equivalent="claimed"),
                     dataclasses.replace(m, find="int kill_switch = 0;\n")):
         assert not _hit(cache, changed, ws, plan)
 

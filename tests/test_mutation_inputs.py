@@ -27,13 +27,13 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import op_binary
+from kdtr.cli.main import main
 from kdtr.compare import compare
 from kdtr.contract import Contract
 from kdtr.ops import OPS
 from kdtr.ops.tree_accept import STATUS_BAD_INDEX, tree_accept
 from kdtr.ops.tree_build import tree_build
 from kdtr.ops.verify_attn import verify_attn
-from kdtr.cli.main import main
 
 NAN, INF = float("nan"), float("inf")
 

@@ -35,16 +35,34 @@ cache) and :mod:`kdtr.mutate.report` (score and reports); ``kdtr mutate``
 re-exported here.
 """
 
-from kdtr.mutate.catalogue import (BAD_CLAIM, CATALOGUE_DIR, EQUIVALENT, GENERIC_FILES, IDENTICAL, KILLED, OPS,
-                                   OUTCOMES, STILLBORN, SURVIVED, TRIAGE_FILE, CatalogueError, Mutant, Triage,
-                                   code_lines, generic_mutants, load_catalogue, load_triage, mutate_tool, sample,
-                                   select)
-from kdtr.mutate.workspace import Workspace, stop_builds
-from kdtr.mutate.execute import _run_cases as _run_cases  # tests judge cases as a mutant run does
-from kdtr.mutate.execute import (MutantResult, Plan, calibrate, load_goldens, mutant_ops, prepare, run,
-                                 run_mutant)
 from kdtr.mutate.cache import CACHE_DIR, VerdictCache
+from kdtr.mutate.catalogue import (
+    BAD_CLAIM,
+    CATALOGUE_DIR,
+    EQUIVALENT,
+    GENERIC_FILES,
+    IDENTICAL,
+    KILLED,
+    OPS,
+    OUTCOMES,
+    STILLBORN,
+    SURVIVED,
+    TRIAGE_FILE,
+    CatalogueError,
+    Mutant,
+    Triage,
+    code_lines,
+    generic_mutants,
+    load_catalogue,
+    load_triage,
+    mutate_tool,
+    sample,
+    select,
+)
+from kdtr.mutate.execute import MutantResult, Plan, calibrate, load_goldens, mutant_ops, prepare, run, run_mutant
+from kdtr.mutate.execute import _run_cases as _run_cases  # tests judge cases as a mutant run does
 from kdtr.mutate.report import MUTATION_REPORTS, failing, markdown, score, to_json, write_reports
+from kdtr.mutate.workspace import Workspace, stop_builds
 
 __all__ = [
     "BAD_CLAIM", "CACHE_DIR", "CATALOGUE_DIR", "EQUIVALENT", "GENERIC_FILES", "IDENTICAL", "KILLED", "MUTATION_REPORTS",

@@ -133,7 +133,8 @@ class VerdictCache:
         if not isinstance(entry, dict) or set(entry) != {"key", "sources", "result"} or entry["key"] != key:
             return None
         sources, res = entry["sources"], entry["result"]
-        if (not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items())
+        if (not isinstance(sources, dict)
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items())
                 or not {m.file, "Makefile", CONFIG_STAMP} <= set(sources)):
             return None
         try:

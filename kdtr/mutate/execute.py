@@ -15,8 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from kdtr import children, fsutil, runner
-from kdtr.mutate.catalogue import BAD_CLAIM, EQUIVALENT, IDENTICAL, KILLED, OPS, STILLBORN, SURVIVED
-from kdtr.mutate.catalogue import CatalogueError, Mutant
+from kdtr.mutate.catalogue import (
+    BAD_CLAIM,
+    EQUIVALENT,
+    IDENTICAL,
+    KILLED,
+    OPS,
+    STILLBORN,
+    SURVIVED,
+    CatalogueError,
+    Mutant,
+)
 from kdtr.mutate.workspace import Workspace, _digest, _make, binary
 from kdtr.status import FAILING, Status
 

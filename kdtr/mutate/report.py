@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kdtr import fsutil
-from kdtr.mutate.catalogue import (BAD_CLAIM, EQUIVALENT, IDENTICAL, KILLED, OPS, OUTCOMES, STILLBORN, SURVIVED,
-                                   Triage)
+from kdtr.mutate.catalogue import BAD_CLAIM, EQUIVALENT, IDENTICAL, KILLED, OPS, OUTCOMES, STILLBORN, SURVIVED, Triage
 from kdtr.mutate.execute import MutantResult
 
 MUTATION_REPORTS = ("mutation.json", "mutation.md")
@@ -75,7 +74,8 @@ def markdown(results: list[MutantResult], triage: dict[tuple[str, str, str], Tri
             for r in surv:
                 m = r.mutant
                 t = triage.get((m.file, m.find.strip(), m.replace.strip()))
-                verdict = f" -- triage: {t.verdict}: {t.reason}" if t else (" -- untriaged" if kind == "generic" else "")
+                untriaged = " -- untriaged" if kind == "generic" else ""
+                verdict = f" -- triage: {t.verdict}: {t.reason}" if t else untriaged
                 lines.append(f"- {r.outcome} `{m.id}` {m.file}:{m.line}: `{_cell(m.find.strip())}` -> "
                              f"`{_cell(m.replace.strip())}`{_cell(verdict)}")
         if kind == "catalogue":
