@@ -97,3 +97,55 @@ def fake_bin(tmp_path):
         return fakes.make_fake(tmp_path / "bin", gdir, op, **kw)
 
     return make
+
+
+# --- markers ------------------------------------------------------------------------------
+# `binaries` is marked here, not by hand: a test needs what `make build` makes when its
+# function, a fixture it uses, or a function of its own module that it calls names it
+# (op_binary, the kdtr_check fixture, KDTR_CHECK, a path under build/, libkdtr_kernels.so
+# through kdtr.kernels). A heuristic that errs towards marking.
+_BINARY_WORDS = ("op_binary(", "kdtr_check", "KDTR_CHECK", '"build" /', "build/bin", "build/lib", "BIN_DIR",
+                 "default_bin_dir()", "libkdtr_kernels", "kernels.")
+
+
+def _needs_binaries(func, module, seen: set) -> bool:
+    import inspect
+
+    if func in seen or getattr(func, "__module__", None) != getattr(module, "__name__", None):
+        return False
+    seen.add(func)
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    if any(w in source for w in _BINARY_WORDS):
+        return True
+    names = set(func.__code__.co_names)
+    for const in func.__code__.co_consts:  # nested functions and lambdas
+        if hasattr(const, "co_names"):
+            names |= set(const.co_names)
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, Path) and "/build/" in value.as_posix() + "/":
+            return True
+        if inspect.isfunction(value) and _needs_binaries(value, module, seen):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        func = getattr(item, "function", None)
+        module = getattr(item, "module", None)
+        if func is None or module is None:
+            continue
+        needs = "kdtr_check" in item.fixturenames or _needs_binaries(func, module, set())
+        if not needs:
+            for defs in item._fixtureinfo.name2fixturedefs.values():
+                fdef = defs[-1]
+                fmod = sys.modules.get(getattr(fdef.func, "__module__", ""), None)
+                if fmod is not None and fmod.__name__ != __name__ and _needs_binaries(fdef.func, fmod, set()):
+                    needs = True
+                    break
+        if needs:
+            item.add_marker(pytest.mark.binaries)

@@ -96,7 +96,8 @@ def test_kdtr_collects_golden_x_backend_and_runs_them(pytester: pytest.Pytester,
     co.stdout.fnmatch_lines(["6 tests collected*"])
     result = pytester.runpytest(*args, *only, "-rs")
     assert _outcomes(result) == {"passed": 3, "skipped": 3}
-    result.stdout.fnmatch_lines(["SKIPPED ?3? *NOT_SUPPORTED: kdtr_tree_accept: backend cuda not supported: no GPU in this test"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED ?3? *NOT_SUPPORTED: kdtr_tree_accept: backend cuda not supported: no GPU in this test"])
     assert result.ret == 0
     # -m kdtr / -k select among the cases; --kdtr-backend restricts the backends
     result = pytester.runpytest(*args, "--kdtr-only", "tree_accept", "--kdtr-backend", "cpu", "-m", "kdtr",
@@ -106,7 +107,8 @@ def test_kdtr_collects_golden_x_backend_and_runs_them(pytester: pytest.Pytester,
 
 
 def test_kdtr_real_binaries_cpu(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--kdtr", "--kdtr-backend", "cpu", "--kdtr-only", "tree_accept", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--kdtr", "--kdtr-backend", "cpu", "--kdtr-only", "tree_accept",
+                                "-p", "no:cacheprovider")
     n = len(list((GOLDEN / "tree_accept").glob("*.kdtr")))
     assert _outcomes(result) == {"passed": n}
 
@@ -126,7 +128,8 @@ def test_kdtr_mismatch_fails_with_the_record_and_waiver_is_xfail(pytester: pytes
         "  obtained tensors: *tree_accept/chain.cpu.kdtr",
         f"  rerun: kdtr run --only tree_accept/chain --backend cpu --golden-dir {gdir} --bin-dir {bdir}",
     ])
-    result.stdout.fnmatch_lines(["XFAIL kdtr::tree_accept/default@cpu - waived (issue 99: known off-by-one); was MISMATCH*"])
+    result.stdout.fnmatch_lines(
+        ["XFAIL kdtr::tree_accept/default@cpu - waived (issue 99: known off-by-one); was MISMATCH*"])
 
 
 def test_kdtr_crash_and_unvouched_golden_fail(pytester: pytest.Pytester, tmp_path: Path) -> None:
@@ -193,7 +196,8 @@ def test_kdtr_golden_fixture_runs_a_callable_on_every_golden(pytester: pytest.Py
     configs = sorted(p.stem for p in (GOLDEN / "tree_accept").glob("*.kdtr"))
     co = pytester.runpytest("--co", "-q", "-p", "no:cacheprovider")
     assert [ln for ln in co.outlines if "::" in ln] == (
-        [f"test_user.py::test_mine[tree_accept/{c}]" for c in configs] + ["test_user.py::test_wrong[tree_accept/chain]"])
+        [f"test_user.py::test_mine[tree_accept/{c}]" for c in configs]
+        + ["test_user.py::test_wrong[tree_accept/chain]"])
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert _outcomes(result) == {"passed": len(configs), "failed": 1}
     result.stdout.fnmatch_lines([
@@ -209,7 +213,8 @@ def test_kdtr_golden_fixture_needs_the_marker_and_a_known_op(pytester: pytest.Py
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert _outcomes(result) == {"errors": 1}
     result.stdout.fnmatch_lines(["*kdtr_golden needs @pytest.mark.kdtr_golden(op=...)*"])
-    pytester.makepyfile(test_a="import pytest\n@pytest.mark.kdtr_golden(op='nope')\ndef test_x(kdtr_golden):\n    pass\n")
+    pytester.makepyfile(
+        test_a="import pytest\n@pytest.mark.kdtr_golden(op='nope')\ndef test_x(kdtr_golden):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error
     result.stdout.fnmatch_lines(["*ERROR collecting test_a.py*", "test_a.py::test_x: no golden of op 'nope' under *"])

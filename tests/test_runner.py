@@ -19,6 +19,7 @@ from kdtr import goldens, runner
 from kdtr.cli.main import main
 from timing import HANG_GUARD, SHORT_TIMEOUT, gone, never_fifo, wait_for
 
+
 @pytest.fixture
 def env(tmp_path, repo_root, fake_bin):
     """A private copy of the tree_accept goldens and a fake binary directory (tests/fakes.py:
@@ -145,7 +146,8 @@ def test_crash_timeout_and_bad_output_are_statuses(env, mode, status, words):
     cases = report_cases(tmp_path)
     assert cases["tree_accept/chain@cpu"]["status"] == status
     assert words in cases["tree_accept/chain@cpu"]["reason"]
-    assert sum(c["status"] == "PASS" for c in cases.values()) == len(list(gdir.glob("tree_accept/*.kdtr"))) - 1  # the rest went on
+    n = len(list(gdir.glob("tree_accept/*.kdtr")))
+    assert sum(c["status"] == "PASS" for c in cases.values()) == n - 1  # the rest went on
     assert "Traceback" not in r.output
 
 
@@ -300,7 +302,8 @@ def test_markup_like_names_are_shown_verbatim(tmp_path):
 
 def test_stale_and_needless_waivers_are_reported(env):
     tmp_path, gdir, bdir = env
-    (gdir / "known_failures.json").write_text(json.dumps({"tree_accept/chain@cpu": "old bug", "tree_accept/nosuch": "typo"}))
+    waivers = {"tree_accept/chain@cpu": "old bug", "tree_accept/nosuch": "typo"}
+    (gdir / "known_failures.json").write_text(json.dumps(waivers))
     r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
     assert r.exit_code == 0
     assert "'tree_accept/nosuch' names no golden" in r.output
@@ -311,7 +314,8 @@ def test_diff_refuses_swapped_or_foreign_files(repo_root, tmp_path):
     golden = repo_root / "golden" / "tree_accept" / "default.kdtr"
     out = tmp_path / "out.kdtr"
     g = kdtr.load(golden)
-    kdtr.save(out, {k[9:]: np.array(v) for k, v in g.tensors.items() if k.startswith("expected.")}, {"op": "tree_accept"})
+    expected = {k[9:]: np.array(v) for k, v in g.tensors.items() if k.startswith("expected.")}
+    kdtr.save(out, expected, {"op": "tree_accept"})
     r = CliRunner().invoke(main, ["diff", str(out), str(golden)])
     assert r.exit_code == 2 and "give it first" in r.output
     kdtr.save(out, {"status": np.zeros(4, np.int32)}, {"op": "tree_build"})
@@ -347,4 +351,4 @@ def test_ctrl_c_stops_the_run_and_its_binaries(env, repo_root):
             p.communicate()
     assert p.returncode == 128 + _signal.SIGINT
     for pid in map(int, pidfile.read_text().split()):
-        wait_for(lambda: gone(pid), f"binary {pid} outlived the runner")
+        wait_for(lambda pid=pid: gone(pid), f"binary {pid} outlived the runner")

@@ -16,11 +16,12 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import op_binary
+from fakes import make_sanitizer, read_log
 from kdtr import runner
 from kdtr.cli.main import main
 from test_runner import relist
-from fakes import make_sanitizer, read_log
 from timing import SHORT_TIMEOUT
+
 
 @pytest.fixture
 def env(tmp_path, repo_root, fake_bin):

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
 
-import kdtr.generators
 import kdtr
+import kdtr.generators
 from kdtr import goldens, report, runner
-from kdtr.text import printable
 from kdtr.cli.main import main
+from kdtr.text import printable
+from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
 from timing import HANG_GUARD, gone, never_fifo, wait_for
 
 ESC_NAME = "x\x1b[31mRED\x1b[0m\nFORGED ROW"
@@ -237,7 +237,7 @@ def test_every_signal_that_ends_the_run_ends_its_binaries(env, repo_root, sig): 
     assert p.returncode == (-sig if sig == signal.SIGKILL else 128 + sig), (p.returncode, err)
     for pid in map(int, pidfile.read_text().split()):
         try:
-            wait_for(lambda: gone(pid), f"binary {pid} outlived the runner ({sig.name})")
+            wait_for(lambda pid=pid: gone(pid), f"binary {pid} outlived the runner ({sig.name})")
         finally:
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)

@@ -29,8 +29,7 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import golden_subset, op_binary
-from kdtr import judge, runner, testing
-from kdtr import mutate
+from kdtr import judge, mutate, runner, testing
 from kdtr.cli.main import main
 
 pytest_plugins = ["pytester"]
@@ -53,7 +52,9 @@ case "$TAMPER" in
   truncate) if [ -n "$mine" ]; then : > "$TARGET"; fi ;;
   replace)
     if [ -n "$mine" ]; then cp "$WRONG" "$target_out"
-    elif [ ! -e "$TARGET.done" ]; then : > "$TARGET.done"; cp "$FORGED" "$TARGET.new" && mv "$TARGET.new" "$TARGET"; fi ;;
+    elif [ ! -e "$TARGET.done" ]; then
+      : > "$TARGET.done"; cp "$FORGED" "$TARGET.new" && mv "$TARGET.new" "$TARGET"
+    fi ;;
 esac
 [ -n "$log" ] && printf '%s\n' "$log"
 exit $rc

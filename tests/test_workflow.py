@@ -222,7 +222,8 @@ def test_job_publishes_reports_even_on_failure(job_id):
     assert len(uploads) == 1, f"{job_id}: one upload-artifact step expected"
     assert uploads[0]["with"]["path"].rstrip("/") == "reports"
 
-    junit = [s for s in steps if s.get("uses", "").startswith(("mikepenz/action-junit-report@", "dorny/test-reporter@"))]
+    reporters = ("mikepenz/action-junit-report@", "dorny/test-reporter@")
+    junit = [s for s in steps if s.get("uses", "").startswith(reporters)]
     assert len(junit) == 1, f"{job_id}: one junit report step expected"
     assert "reports/junit.xml" in junit[0]["with"].values()
     assert re.fullmatch(r"[\w-]+/[\w-]+@v\d+", junit[0]["uses"]), "pin the report action by major version"
