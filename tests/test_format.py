@@ -124,6 +124,28 @@ def test_no_assert_in_validation_code(repo_root, module):
     assert not asserts, f"kdtr/{module} uses assert at lines {asserts}"
 
 
+def test_the_package_re_exports_the_public_names_of_its_modules():
+    """kdtr.format is layout + read + write; ``import kdtr.format`` gives every public name,
+    the very objects of the submodule that defines them."""
+    from kdtr.format import layout, read, write
+
+    want = {
+        "ALIGNMENT", "CRC32_IMPL", "DTYPE_BY_CODE", "MAGIC", "MAX_HEADER_LEN", "MAX_METADATA", "MAX_NAME_LEN",
+        "MAX_NDIM", "MAX_STRING_LEN", "MAX_TENSORS", "META_BOOL", "META_FLOAT", "META_INT", "META_STRING",
+        "MIN_HEADER_LEN", "PREAMBLE_LEN", "VERSION_MAJOR", "VERSION_MINOR", "Chunks", "Counts", "HeaderBodyLayout",
+        "HeaderCrc", "KdtrFile", "MetaString", "MetaType", "MetadataEntryLayout", "Name", "Preamble", "TensorEntry",
+        "TensorEntryLayout", "TensorKind", "TensorPlace", "TensorShape", "atomic_write", "atomic_write_together",
+        "code_of_dtype", "encode", "load", "load_bytes", "read_regular_bytes", "save", "to_bytes",
+    }
+    assert set(F.__all__) == want
+    for name in want:
+        home = next((m for m in (layout, read, write) if name in vars(m)), None)
+        if home is not None:
+            assert getattr(F, name) is getattr(home, name), name
+    assert F.load is read.load and F.save is write.save and F.HeaderBodyLayout is layout.HeaderBodyLayout
+    assert F._open_regular is read._open_regular  # shared with kdtr.goldens and kdtr.userfiles
+
+
 # --- the valid file ------------------------------------------------------------------------
 
 
