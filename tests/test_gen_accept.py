@@ -152,7 +152,7 @@ def test_negative_token_rows(goldens):
     assert (x["expected.accepted_path"][bad, 0] == 0).all() and (x["expected.accepted_path"][bad, 1:] == -1).all()
     assert (x["expected.proposed"][bad] == -1).all()
     ids, tp, nc = x["input.node_token_ids"], x["input.target_predict"], x["input.node_count"]
-    # rows 1, 2: the inputs (a) and (b)
+    # rows 1, 2: a -1 prediction that would be the bonus token, a -1 draft token the walk would accept
     assert ids[1, :4].tolist() == [42, 5, -1, -1] and tp[1, :4].tolist() == [-1, 7, 0, 0] and nc[1] == 1
     assert ids[2, :4].tolist() == [42, -1, 7, -1] and tp[2, :4].tolist() == [-1, 55, 0, 0] and nc[2] == 2
     assert ids[5, 0] < 0  # the root
