@@ -6,8 +6,8 @@
 #             of kdtr_verify_attn per kernel and arch (tools/sass_summary.py: HGMMA, HMMA,
 #             LDSM, FFMA, LDL/STL, BAR, UTMALDG, registers, stack, spills from the ptxas log)
 #   check     `kdtr run` on the verify_attn and greedy_step goldens (--require-backend cuda);
-#             tools/va_check.py: every verify_attn and greedy_step golden through --kernel
-#             auto, simt, mma and wgmma, judged by the goldens' contracts (auto and simt must
+#             `kdtr run --kernel`: every verify_attn and greedy_step golden through --kernel
+#             simt, mma and wgmma, judged by the goldens' contracts (auto and simt must
 #             run; mma / wgmma exit 3 where they do not apply: NOT_SUPPORTED); the edge-case
 #             check bench/check_verify_attn.py; tests/test_sass_summary.py against a real
 #             cuobjdump and nvcc
@@ -66,18 +66,22 @@ if has check; then
   timeout 300 python3 -m kdtr.cli run --only verify_attn --only greedy_step -j 8 --timeout 300 \
     --require-backend cuda >> "$OUT/check.log" 2>&1
   note "kdtr run rc=$?: $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$OUT/check.log" | tail -1)"
-  echo "=== tools/va_check.py --backend cuda (every golden x --kernel auto simt mma wgmma)" >> "$OUT/check.log"
-  timeout 400 python3 tools/va_check.py --backend cuda --require-kernel auto --require-kernel simt \
+  echo "=== kdtr run --kernel (every golden x forced kernel simt mma wgmma; auto above)" >> "$OUT/check.log"
+  # simt applies to every golden (--require-backend cuda: NOT_SUPPORTED fails); mma and wgmma
+  # exit 3 on f32 goldens (NOT_SUPPORTED with the binary's reason)
+  timeout 400 python3 -m kdtr.cli run --backend cuda --require-backend cuda --only verify_attn --only greedy_step \
+    -j 8 --timeout 300 --report-dir /tmp/kdtr_va_simt --kernel verify_attn=simt --kernel greedy_step=simt \
     > /tmp/kdtr_va.log 2>&1
   rc=$?
+  timeout 400 python3 -m kdtr.cli run --backend cuda --only verify_attn --only greedy_step -j 8 --timeout 300 \
+    --report-dir /tmp/kdtr_va_tc --kernel verify_attn=mma,wgmma --kernel greedy_step=mma,wgmma \
+    >> /tmp/kdtr_va.log 2>&1
+  rc2=$?
   cat /tmp/kdtr_va.log >> "$OUT/check.log"
-  note "va_check rc=$rc: $(tail -1 /tmp/kdtr_va.log)"
-  grep -E '^FAIL ' /tmp/kdtr_va.log | cut -c1-300 | head -30 | tee -a "$SUM"
-  note "va_check NOT_SUPPORTED by kernel (exit 3: f32 goldens for mma / wgmma):" \
-    "$(grep -E '^NOT_SUPPORTED ' /tmp/kdtr_va.log | grep -oE 'kernel=[a-z]+' | sort | uniq -c | tr -s ' \n' ' ')"
-  grep -E '^NOT_SUPPORTED .*; bf16 q' /tmp/kdtr_va.log | cut -c1-300 | head -20 | tee -a "$SUM"
-  grep -E '^SKIP ' /tmp/kdtr_va.log | head -3 | tee -a "$SUM"
-  note "va_check auto ran: $(grep -E '^PASS .* kernel=auto ' /tmp/kdtr_va.log | grep -oE 'ran=[a-z0-9_]+' | sort | uniq -c | tr -s ' \n' ' ')"
+  note "kdtr run --kernel simt rc=$rc, mma,wgmma rc=$rc2: $(grep -E '^PASS|^[A-Z_]+ [0-9]' /tmp/kdtr_va.log | tail -2 | tr '\n' ' ')"
+  grep -E '@cuda:[a-z]+: (MISMATCH|CRASH|TIMEOUT|ERROR)' /tmp/kdtr_va.log | cut -c1-300 | head -30 | tee -a "$SUM"
+  note "NOT_SUPPORTED by kernel (exit 3: f32 goldens for mma / wgmma):" \
+    "$(python3 -c 'import json, collections; c = json.load(open("/tmp/kdtr_va_tc/conformance.json"))["cases"]; print(dict(collections.Counter(x["kernel"] for x in c if x["status"] == "NOT_SUPPORTED")))')"
   echo "=== bench/check_verify_attn.py" >> "$OUT/check.log"
   timeout 300 python3 bench/check_verify_attn.py --bin "$BIN" > /tmp/kdtr_cva.log 2>&1
   rc=$?

@@ -569,7 +569,8 @@ def check_manifest(
 
 
 def load_known_failures(golden_dir: Path) -> dict[str, str]:
-    """``golden/known_failures.json``: {"op/config" or "op/config@backend": reason}.
+    """``golden/known_failures.json``: {"op/config", "op/config@backend" or
+    "op/config@backend:kernel": reason} (the most specific key of a case applies).
 
     Raises:
         UsageError: the file is not a JSON object of non-empty strings.
@@ -594,11 +595,13 @@ def load_known_failures(golden_dir: Path) -> dict[str, str]:
 
 
 def stale_waivers(known_failures: dict[str, str], goldens: list[tuple[str, str, Path]]) -> list[str]:
-    """Waiver keys that name no golden (or an unknown backend): typos or leftovers."""
+    """Waiver keys that name no golden (or an unknown backend): typos or leftovers. A key
+    may name a case under a forced kernel, ``op/config@cuda:<kernel>``."""
     ids = {f"{op}/{cfg}" for op, cfg, _ in goldens}
     stale = []
     for key in known_failures:
-        case, _, backend = key.partition("@")
-        if case not in ids or (backend and backend not in _BACKENDS):
+        case, _, column = key.partition("@")
+        backend = column.partition(":")[0]  # @cuda:<kernel>: a forced kernel's case
+        if case not in ids or (column and backend not in _BACKENDS):
             stale.append(key)
     return stale

@@ -74,6 +74,8 @@ class Golden:
         problem: why no output can be judged against it ("" when it can): no
             ``expected.*`` tensor, a ``contract.*`` key for no output, a bad or missing
             contract. :func:`judge` then gives ERROR with this text.
+        kernel: the kernel a test of it forces (:func:`kdtr.testing.goldens` with
+            ``kernels=``; its id is then ``op/config:kernel``), else None.
     """
 
     id: str
@@ -87,6 +89,7 @@ class Golden:
     contracts: dict[str, Contract] = field(repr=False)
     metadata: dict[str, Any] = field(repr=False)
     problem: str = ""
+    kernel: str | None = None
 
     def __str__(self) -> str:
         return self.id

@@ -17,12 +17,15 @@ and the fixture ``kdtr_golden``: a normal run collects and runs exactly what it 
     binary directory and any ``kdtr_<op>`` it lacks. Options: ``--kdtr-bin-dir``, ``--kdtr-golden-dir`` (ini
     ``kdtr_bin_dir``, ``kdtr_golden_dir``, relative to the rootdir), ``--kdtr-backend``
     (repeatable; default cpu and cuda), ``--kdtr-only`` (``kdtr run --only`` patterns),
-    ``--kdtr-timeout``.
+    ``--kdtr-timeout``, ``--kdtr-kernel`` (``kdtr run --kernel``: the cuda cases of an op once
+    per forced kernel, ``kdtr::<op>/<config>@cuda:<kernel>``).
 
 ``@pytest.mark.kdtr_golden(op="tree_accept")`` + fixture ``kdtr_golden``
     runs the test once per committed golden of the op (ids ``op/config``); the fixture's value
     is a :class:`kdtr.testing.Golden`. ``config="wide*"`` keeps the matching configurations;
-    ``golden_dir=...`` reads another golden directory. (``@pytest.mark.kdtr(op=...)``, the
+    ``golden_dir=...`` reads another golden directory; ``kernels=["mma", "wgmma"]`` (or
+    ``"all"``) runs it once per golden and kernel (ids ``op/config:kernel``, the fixture's
+    ``.kernel`` naming the kernel to force). (``@pytest.mark.kdtr(op=...)``, the
     marker's name before, still works on such a test, with a deprecation warning: the test is
     read as marked ``kdtr_golden``, so ``-m kdtr`` never selects it.)
 
@@ -56,6 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="backend to run (repeatable; default: cpu and cuda)")
     group.addoption("--kdtr-only", action="append", default=None, metavar="PATTERN",
                     help="keep the cases matching op[/config][@backend] globs (repeatable), as kdtr run --only")
+    group.addoption("--kdtr-kernel", action="append", default=None, metavar="OP=K[,K...]",
+                    help="force kernels on the cuda cases of OP, one case per kernel (kdtr::op/config@cuda:K), "
+                         "as kdtr run --kernel (repeatable)")
     group.addoption("--kdtr-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="time limit per case (default 60)")
     parser.addini("kdtr_bin_dir", "directory of the kdtr_<op> binaries, relative to the rootdir", default="")
@@ -73,8 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        f"{FIXTURE_MARK}(op, config=None, golden_dir=None): run the test once per golden of `op` with the "
-        "kdtr_golden fixture (kdtr.testing.Golden)",
+        f"{FIXTURE_MARK}(op, config=None, golden_dir=None, kernels=None): run the test once per golden of `op` "
+        "(and per kernel of `kernels`) with the kdtr_golden fixture (kdtr.testing.Golden)",
     )
 
 
@@ -142,7 +148,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                     pytrace=False)
     gdir = marker.kwargs.get("golden_dir") or golden_dir(metafunc.config)
     try:
-        gs = testing.goldens(op, gdir, config=marker.kwargs.get("config"))
+        gs = testing.goldens(op, gdir, config=marker.kwargs.get("config"), kernels=marker.kwargs.get("kernels"))
     except testing.GoldenError as exc:
         pytest.fail(f"{metafunc.definition.nodeid}: {exc}", pytrace=False)  # a collection error
     metafunc.parametrize("kdtr_golden", gs, ids=[g.id for g in gs], indirect=True)
@@ -236,7 +242,7 @@ class KdtrCaseItem(pytest.Item):
 
 
 def _plan(config: pytest.Config) -> dict[str, Any]:
-    from .runner import BACKENDS, UsageError, load_known_failures, plan, select, select_cases
+    from .runner import BACKENDS, UsageError, load_known_failures, parse_kernels, plan, select, select_cases
 
     gdir, bdir = golden_dir(config), bin_dir(config)
     backends = tuple(dict.fromkeys(config.getoption("--kdtr-backend") or BACKENDS))
@@ -248,7 +254,10 @@ def _plan(config: pytest.Config) -> dict[str, Any]:
     try:
         found, problems = testing.golden_cases(gdir, vouched=vouched)
         found = select(found, only)
-        cases = select_cases(plan(found, backends), only)
+        kernels = parse_kernels(config.getoption("--kdtr-kernel") or [], option="--kdtr-kernel")
+        if kernels and "cuda" not in backends:
+            raise UsageError("--kdtr-kernel forces kernels of the cuda cases: add --kdtr-backend cuda")
+        cases = select_cases(plan(found, backends, kernels), only)
         known = load_known_failures(gdir)
     except (testing.GoldenError, UsageError) as exc:
         raise pytest.UsageError(f"--kdtr: {exc}") from exc

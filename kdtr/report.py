@@ -119,13 +119,17 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
         for r in rs:
             tc = ET.SubElement(
                 suite, "testcase", classname=printable(f"kdtr.{op}.{r.case.backend}"),
-                name=printable(f"{r.case.config}[{r.case.backend}]"),
+                name=printable(f"{r.case.config}[{r.case.column}]"),
                 time=f"{r.seconds:.3f}",
             )
             props = ET.SubElement(tc, "properties")
             ET.SubElement(props, "property", name="status", value=r.status)
             if r.device is not None:
                 ET.SubElement(props, "property", name="device", value=str(r.device))
+            if r.case.kernel:
+                ET.SubElement(props, "property", name="kernel", value=printable(r.case.kernel))
+                if r.detail:
+                    ET.SubElement(props, "property", name="detail", value=printable(r.detail))
             ET.SubElement(props, "property", name="rerun", value=printable(r.rerun))
             text = "\n".join(mismatch_lines(r))
             if r.status == Status.MISMATCH:
@@ -186,7 +190,7 @@ def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | 
     SVG links of failing tree_accept / greedy_step cases relative to it. ``svgs`` (case ->
     SVG file) gives those pictures already drawn; without it they are drawn now."""
     c = counts(results)
-    backends = sorted({r.case.backend for r in results})
+    backends = sorted({r.case.column for r in results})  # backend, or backend:kernel under a forced kernel
     out = ["# kdtr conformance report", ""]
     out.append(_md_cell(f"{env['date']} on {env['host']} ({env['platform']}), python {env['python']}, "
                         f"numpy {env['numpy']}."))
@@ -213,10 +217,13 @@ def markdown(results: list[CaseResult], env: dict[str, Any], report_dir: Path | 
     out.append("| --- | --- |" + " --- |" * len(backends))
     grid: dict[tuple[str, str], dict[str, CaseResult]] = {}
     for r in results:
-        grid.setdefault((r.case.op, r.case.config), {})[r.case.backend] = r
+        grid.setdefault((r.case.op, r.case.config), {})[r.case.column] = r
     for (op, cfg), row in grid.items():
         cells = [row[b].status if b in row else "" for b in backends]
         out.append(f"| {_md_cell(op)} | {_md_cell(cfg)} | " + " | ".join(cells) + " |")
+    forced = [r for r in results if r.case.kernel and r.detail]
+    if forced:  # which instance each forced kernel ran (tree_build select: its heap fallbacks)
+        out += ["", "Forced kernels: " + "; ".join(f"{_md_cell(r.case.id)}: {_md_cell(r.detail)}" for r in forced)]
     failing = [r for r in results if r.status not in (Status.PASS, Status.NOT_SUPPORTED)]
     if failing:
         out += ["", "## Details", ""]

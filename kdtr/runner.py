@@ -59,19 +59,28 @@ SANITIZER_EXIT = 99
 
 @dataclass(frozen=True)
 class Case:
-    """One golden on one backend."""
+    """One golden on one backend, under one forced kernel or none."""
 
     op: str
     config: str
     golden: Path
     backend: str
+    # The kernel the cuda binary is forced to run (``--kernel``; kdtr.ops OpSpec.kernels);
+    # None: the binary's own choice.
+    kernel: str | None = None
     # The CUDA device a cuda case runs on (set by :func:`run_all` when it spreads the cases
     # over the devices; None: RunConfig.device). Not part of the case's identity.
     device: int | None = field(default=None, compare=False)
 
     @property
+    def column(self) -> str:
+        """``backend`` or ``backend:kernel``: the case's column in the reports."""
+        return f"{self.backend}:{self.kernel}" if self.kernel else self.backend
+
+    @property
     def id(self) -> str:
-        return f"{self.op}/{self.config}@{self.backend}"
+        """``op/config@backend``, or ``op/config@backend:kernel`` under a forced kernel."""
+        return f"{self.op}/{self.config}@{self.column}"
 
 
 @dataclass
@@ -87,6 +96,9 @@ class CaseResult:
     rerun: str = ""
     device: int | None = None  # the CUDA device that ran a cuda case; None for cpu
     process: str = ""  # "batch": judged from a batch run of its op; "single": its own process
+    # Under a forced kernel: the kernel instance that ran (output metadata ``kernel``) and, for
+    # tree_build's select, how many requests it handed to the heap build; "" otherwise.
+    detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,11 +106,13 @@ class CaseResult:
             "op": self.case.op,
             "config": self.case.config,
             "backend": self.case.backend,
+            "kernel": self.case.kernel,
             "device": self.device,
             "process": self.process,
             "golden": str(self.case.golden),
             "status": self.status,
             "reason": self.reason,
+            "detail": self.detail,
             "seconds": round(self.seconds, 4),
             "command": shlex.join(self.command) if self.command else "",
             "rerun": self.rerun,
@@ -238,7 +252,8 @@ def rerun_line(case: Case, cfg: RunConfig) -> str:
     pattern = f"{literal_pattern(case.op)}/{literal_pattern(case.config)}"
     device = _device_of(case, cfg)
     dev = ["--device", str(device)] if device is not None and device != 0 else []
-    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *cfg.rerun_args, *dev])
+    kernel = ["--kernel", f"{case.op}={case.kernel}"] if case.kernel else []
+    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *kernel, *cfg.rerun_args, *dev])
 
 
 def _device_of(case: Case, cfg: RunConfig) -> int | None:
@@ -482,7 +497,8 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
     if not binary.exists():
         res.reason = missing_binary(cfg.bin_dir, case.op)
     else:
-        out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}.kdtr"
+        kernel = f".{case.kernel}" if case.kernel else ""
+        out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}{kernel}.kdtr"
         try:  # no link below out_dir is followed; a previous output (never a link's target) goes
             fsutil.make_dirs(cfg.out_dir, case.op)
             fsutil.remove_stale_output(out_path)
@@ -503,7 +519,8 @@ def _sanitizer_prefix(case: Case, cfg: RunConfig) -> list[str]:
 
 def _backend_args(case: Case, cfg: RunConfig) -> list[str]:
     device = _device_of(case, cfg)
-    return ["--backend", case.backend] + (["--device", str(device)] if device is not None else [])
+    return (["--backend", case.backend] + (["--device", str(device)] if device is not None else [])
+            + (["--kernel", case.kernel] if case.kernel else []))
 
 
 def _single_command(p: _Prepared, cfg: RunConfig) -> list[str]:
@@ -549,8 +566,12 @@ def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str
     if st is not None:
         p.res.status, p.res.reason = st
         return
-    v = judge(p.golden, p.out_path)
+    v = judge(p.golden, p.out_path, kernel=p.case.kernel)
     p.res.status, p.res.reason, p.res.outputs = v.status, v.reason, v.results
+    if p.case.kernel and "kernel" in v.metadata:
+        p.res.detail = f"ran {v.metadata['kernel']}"
+        if "select_fallbacks" in v.metadata:  # requests the select build handed to the heap build
+            p.res.detail += f"; select_fallbacks {v.metadata['select_fallbacks']}"
 
 
 _NO_WRITE = "a test binary must not write to its --input (docs/harness.md)"
@@ -571,9 +592,9 @@ def _void_if_changed(p: _Prepared) -> None:
 
 def _waive(res: CaseResult, cfg: RunConfig) -> CaseResult:
     case = res.case
-    waiver = cfg.known_failures.get(f"{case.op}/{case.config}@{case.backend}") or cfg.known_failures.get(
-        f"{case.op}/{case.config}"
-    )
+    keys = [f"{case.op}/{case.config}@{case.column}", f"{case.op}/{case.config}@{case.backend}",
+            f"{case.op}/{case.config}"]
+    waiver = next((cfg.known_failures[k] for k in keys if cfg.known_failures.get(k)), None)
     if waiver and res.status in FAILING:
         res.reason = f"waived ({waiver}); was {res.status}: {res.reason}"
         res.status = Status.WAIVED
@@ -725,8 +746,68 @@ def parse_devices(spec: str) -> tuple[int, ...]:
     return devices
 
 
-def plan(goldens: list[tuple[str, str, Path]], backends: Iterable[str]) -> list[Case]:
-    return [Case(op, cfg, path, b) for op, cfg, path in goldens for b in backends]
+AUTO = "auto"  # in a --kernel list: the case without a forced kernel (the binary's choice)
+
+
+def parse_kernels(specs: Iterable[str], op_kernels: dict[str, tuple[str, ...]] | None = None,
+                  option: str = "--kernel") -> dict[str, tuple[str | None, ...]]:
+    """``--kernel OP=K[,K...]`` (repeatable) as {op: kernels}, for :func:`plan`.
+
+    ``K`` is a kernel of the op (``op_kernels``, default ``kdtr.ops`` OpSpec.kernels),
+    ``all`` (every one of them) or ``auto`` (the case without a forced kernel, as None).
+    An op given twice gets the union, in the order given.
+
+    Raises:
+        UsageError: malformed, an unknown op, an op without kernels, or an unknown kernel.
+    """
+    if op_kernels is None:
+        from .ops import OPS
+
+        op_kernels = {name: spec.kernels for name, spec in OPS.items()}
+    out: dict[str, list[str | None]] = {}
+    for spec in specs:
+        op, eq, names = spec.partition("=")
+        op = op.strip()
+        if not eq or not op or not names.strip():
+            raise UsageError(f"{option} {spec!r}: expected OP=KERNEL[,KERNEL...], e.g. verify_attn=mma,wgmma")
+        with_kernels = sorted(o for o, ks in op_kernels.items() if ks)
+        if op not in op_kernels:
+            raise UsageError(f"{option} {spec!r}: unknown op {op!r} (ops with kernels: {', '.join(with_kernels)})")
+        known = op_kernels[op]
+        if not known:
+            raise UsageError(f"{option} {spec!r}: op {op} has no kernel choice (ops with kernels: "
+                             f"{', '.join(with_kernels)})")
+        chosen = out.setdefault(op, [])
+        for k in (x.strip() for x in names.split(",")):
+            ks: tuple[str | None, ...]
+            if k == "all":
+                ks = known
+            elif k == AUTO:
+                ks = (None,)
+            elif k in known:
+                ks = (k,)
+            else:
+                raise UsageError(f"{option} {spec!r}: op {op} has no kernel {k!r} (kernels: "
+                                 f"{', '.join(known)}, all, {AUTO})")
+            chosen += [x for x in ks if x not in chosen]
+    return {op: tuple(ks) for op, ks in out.items()}
+
+
+def plan(goldens: list[tuple[str, str, Path]], backends: Iterable[str],
+         kernels: dict[str, tuple[str | None, ...]] | None = None) -> list[Case]:
+    """The cases of ``goldens`` on each of ``backends``, golden by golden.
+
+    ``kernels`` ({op: kernels}, :func:`parse_kernels`): the cuda cases of such an op are one
+    per kernel listed (None: the case without a forced kernel); the cpu backend has no kernel
+    choice and keeps one case per golden.
+    """
+    kernels = kernels or {}
+    out = []
+    for op, cfg, path in goldens:
+        for b in backends:
+            for k in (kernels.get(op, (None,)) if b == "cuda" else (None,)):
+                out.append(Case(op, cfg, path, b, kernel=k))
+    return out
 
 
 def shard(cases: list[Case], spec: str | None) -> list[Case]:
@@ -809,16 +890,16 @@ def plan_units(cases: list[Case], cfg: RunConfig, jobs: int = 1) -> list[list[Ca
     unit per case. Every cuda case comes out with its ``device`` set.
     """
     placed = _place_on_devices(cases, cfg.device_list(), cfg.batch)
-    units: dict[tuple[str, str, int | None], list[Case]] = {}
+    units: dict[tuple[str, str, int | None, str | None], list[Case]] = {}
     for i, c in enumerate(cases):
         device = None
         if c.backend == "cuda":
             device = c.device if c.device is not None else placed[c]
             c = replace(c, device=device)
-        key = (c.op, c.backend, device) if cfg.batch else (str(i), c.backend, device)
+        key = (c.op, c.backend, device, c.kernel) if cfg.batch else (str(i), c.backend, device, c.kernel)
         units.setdefault(key, []).append(c)
     out: list[list[Case]] = []
-    for (_, backend, _), cs in units.items():
+    for (_, backend, _, _), cs in units.items():
         if cfg.batch and backend == "cpu" and jobs > 1 and len(cs) > 1:
             out += _balanced(cs, min(jobs, len(cs)))
         else:

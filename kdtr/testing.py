@@ -25,6 +25,7 @@ the comparison only. The pytest plugin (:mod:`kdtr.pytest_plugin`) gives the fix
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -122,6 +123,7 @@ def goldens(
     *,
     config: str | None = None,
     registry: Any = None,
+    kernels: Iterable[str] | None = None,
 ) -> list[Golden]:
     """The goldens of ``op``, sorted by configuration, opened and checked.
 
@@ -132,9 +134,14 @@ def goldens(
             generated on demand into ``golden_dir/.cache``; needs ``registry``).
         config: keep only the configurations matching this glob (``"wide*"``).
         registry: the configuration registry (``kdtr.generators.REGISTRY``), for ``tier="all"``.
+        kernels: the kernel axis of ``kdtr run --kernel``: names of the op's kernels
+            (``kdtr.ops`` OpSpec.kernels), ``"all"`` or ``"auto"`` (no forced kernel). Each
+            golden then comes once per kernel, its :attr:`Golden.kernel` set and its id
+            ``op/config:kernel`` (``op/config`` for ``auto``); the copies share one read.
 
     Raises:
-        GoldenError: unknown op or no golden selected; no manifest; a golden not listed in
+        GoldenError: unknown op or no golden selected; an unknown kernel, or ``kernels``
+            for an op without kernels; no manifest; a golden not listed in
             ``MANIFEST.json``, whose sha256 differs from its entry, listed but missing, or
             unreadable (all such files named in the message); a golden whose bytes, read
             into memory, are not the ones the manifest vouched for (changed meanwhile).
@@ -157,7 +164,19 @@ def goldens(
     if problems:
         raise GoldenError("goldens not vouched for by MANIFEST.json (run `kdtr regen --check`):\n"
                           + "\n".join(f"  {why}" for why in problems.values()))
-    return [_open_golden(o, c, p, vouched.get(p)) for o, c, p in found]
+    axis: tuple[str | None, ...] = (None,)
+    if kernels is not None:
+        from .goldens import UsageError
+        from .runner import parse_kernels
+
+        if isinstance(kernels, str):
+            kernels = [kernels]
+        try:
+            axis = parse_kernels([f"{op}={','.join(kernels)}"], option="kernels").get(op, (None,))
+        except UsageError as exc:
+            raise GoldenError(str(exc)) from exc
+    opened = [_open_golden(o, c, p, vouched.get(p)) for o, c, p in found]
+    return [g if k is None else dataclasses.replace(g, id=f"{g.id}:{k}", kernel=k) for g in opened for k in axis]
 
 
 def _dlpack_to_host(x: Any) -> np.ndarray:

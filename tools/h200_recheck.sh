@@ -2,8 +2,9 @@
 # Re-check on the H200 device machine after a change of goldens or harness (docs/conformance.md):
 #   STEP=check (default): tools/h200_conformance.sh (build, every golden of both tiers on both
 #     backends, compute-sanitizer memcheck), every verify_attn/greedy_step golden through each
-#     verify_attn kernel (tools/va_check.py; NOT_SUPPORTED where a kernel does not apply, as wgmma to f32) and every tree_build golden through
-#     each tree_build kernel (tools/tb_check.py), `kdtr regen --check` on this host's numpy, and
+#     verify_attn kernel and every tree_build golden through each tree_build kernel (`kdtr run
+#     --kernel`; NOT_SUPPORTED where a kernel does not apply, as wgmma to f32; the select build's
+#     heap fallbacks in each case's detail), `kdtr regen --check` on this host's numpy, and
 #     the host-independence and bf16-rounding tests;
 #   STEP=mutate: the mutant catalogue (`kdtr mutate`, as .ci/run) on all CPU cores.
 # Everything goes to one tarball $OUT/recheck-<step>.tgz and a summary $OUT/summary-<step>.txt
@@ -22,12 +23,17 @@ if [ "$STEP" = check ]; then
   OUT=$W/conf KDTR_TIER=all SANITIZER_TOOLS=memcheck bash tools/h200_conformance.sh > "$W/conformance.log" 2>&1
   note "h200_conformance: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/conf/run.log" | tail -1)"
   grep -E 'memcheck: ' "$W/conf/"sanitizer-*.log | tail -1 | tee -a "$sum"
-  python3 tools/va_check.py --backend cuda --kernel auto --kernel mma --kernel wgmma \
-    > "$W/va_check.log" 2>&1
-  note "va_check: exit $?; $(grep -c '^PASS' "$W/va_check.log") PASS, $(grep -c '^FAIL' "$W/va_check.log") FAIL"
-  python3 tools/tb_check.py --backend cuda --kernel heap --kernel select golden/tree_build/*.kdtr golden/.cache/tree_build/*.kdtr \
-    > "$W/tb_check.log" 2>&1
-  note "tb_check: exit $?; $(tail -1 "$W/tb_check.log")"
+  # every golden (both tiers) of the ops with a kernel choice through each kernel, forced
+  # (kdtr run --kernel: op/config@cuda:K cases); auto and simt apply to every golden
+  # (--require-backend cuda: NOT_SUPPORTED is a failure), mma and wgmma not to f32 ones
+  python3 -m kdtr.cli run --backend cuda --require-backend cuda --tier all --timeout 600 --report-dir "$W/kernels-always" \
+    --only verify_attn --only greedy_step --only tree_build \
+    --kernel verify_attn=auto,simt --kernel greedy_step=auto,simt --kernel tree_build=all > "$W/kernels-always.log" 2>&1
+  note "kdtr run --kernel auto,simt + tree_build=all: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/kernels-always.log" | tail -1)"
+  python3 -m kdtr.cli run --backend cuda --tier all --timeout 600 --report-dir "$W/kernels-tc" \
+    --only verify_attn --only greedy_step --kernel verify_attn=mma,wgmma --kernel greedy_step=mma,wgmma \
+    > "$W/kernels-tc.log" 2>&1
+  note "kdtr run --kernel mma,wgmma: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/kernels-tc.log" | tail -1)"
   python3 -m kdtr.cli regen --check > "$W/regen_check.log" 2>&1
   note "regen --check: exit $?; $(tail -1 "$W/regen_check.log"); $(python3 -c 'import numpy, ml_dtypes, platform; print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "python", platform.python_version(), platform.machine())')"
   python3 -m pytest -q -p no:cacheprovider tests/test_host_independence.py tests/test_bf16.py > "$W/pytest.log" 2>&1

@@ -5,7 +5,7 @@
 #   build     make clean; make the tree_build and greedy_step binaries with nvcc
 #   check     `kdtr run --require-backend cuda` on the tree_build and greedy_step goldens
 #             (--kernel auto), then every tree_build golden through both kernels on cuda,
-#             each output compared with the golden's expected tensors (tools/tb_check.py)
+#             each output judged against the golden (kdtr run --kernel tree_build=all)
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck on every tree_build golden,
 #             both kernels
 #   profile   Nsight Compute on both build kernels and the visibility kernel, B=1, N=1024
@@ -31,7 +31,10 @@ if has check; then
   python3 -m kdtr.cli run -j 8 --timeout 300 --require-backend cuda --tier all --only tree_build --only greedy_step \
     2>&1 | tail -25 > "$OUT/run.log"
   cp reports/conformance.md "$OUT/conformance.md"
-  python3 tools/tb_check.py --backend cuda --kernel heap --kernel select golden/tree_build/*.kdtr 2>&1 | tee "$OUT/kernels.log"
+  # every tree_build golden through both kernels; each case's detail: the kernel that ran
+  # and the requests the select build handed to the heap build (select_fallbacks)
+  python3 -m kdtr.cli run --backend cuda --only tree_build --kernel tree_build=all --report-dir "$OUT/kernels" \
+    2>&1 | tee "$OUT/kernels.log"
 fi
 if has sanitize; then
   san_log="$OUT/sanitizer.log"
@@ -56,7 +59,18 @@ if has profile; then
   : > "$OUT/ncu.txt"
   for cfg in ${PROFILE_CONFIGS:-1:64 1:1024 64:1024}; do
     b=${cfg%%:*}; n=${cfg##*:}
-    python3 tools/tb_check.py --write-bench /tmp/tb_b${b}_n${n}.kdtr --batch $b --budget $n
+    # bench/bench_tree_build.py's drafter-like inputs (D=16, K=16, budget N), no expected outputs
+    python3 - "$b" "$n" /tmp/tb_b${b}_n${n}.kdtr <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, "bench")
+import kdtr
+from bench_tree_build import synth_inputs
+b, n, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+x = synth_inputs(np.random.default_rng([20240, b, n]), b, n)
+kdtr.save(path, {f"input.{k}": v for k, v in x.items()},
+          {"op": "tree_build", "config": f"bench_B{b}_N{n}", "max_budget": n})
+PY
     for kernel in ${PROFILE_KERNELS:-select heap}; do
       echo "=== B=$b N=$n --kernel $kernel" >> "$OUT/ncu.txt"
       ncu --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \

@@ -100,6 +100,9 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
                    "'tree_accept/ch*', tree_accept/chain@cuda.")
 @click.option("--backend", "backends", multiple=True, type=click.Choice(runner.BACKENDS),
               help="Backend to run (repeatable); default: all.")
+@click.option("--kernel", "kernel_specs", multiple=True, metavar="OP=K[,K...]",
+              help="Force kernels on the cuda cases of OP, one case per kernel (op/config@cuda:K), e.g. "
+                   "verify_attn=wgmma,mma or tree_build=all; 'auto' adds the unforced case (repeatable).")
 @click.option("--require-backend", "required", multiple=True, type=click.Choice(runner.BACKENDS),
               help="Fail (exit 1) if any case of this backend is NOT_SUPPORTED, e.g. on a GPU runner whose "
                    "driver went missing (repeatable).")
@@ -119,7 +122,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, golden_dir, bin_dir,
+def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, golden_dir, bin_dir,
         report_dir) -> None:
     """Run every golden on every backend, diff, and write the reports."""
     root = goldens.repo_root()
@@ -138,6 +141,9 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
     rset = report.report_set(rdir)  # reports and obtained outputs, published as one unit
     try:
         devices = runner.parse_devices(device_spec)
+        kernels = runner.parse_kernels(kernel_specs)
+        if kernels and "cuda" not in backends:
+            raise runner.UsageError("--kernel forces kernels of the cuda cases: add --backend cuda")
         if sanitizer and "cuda" not in backends:
             raise runner.UsageError("--sanitizer wraps the cuda cases: add --backend cuda")
         if sanitizer and not shutil.which("compute-sanitizer"):
@@ -149,7 +155,7 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
         vouched: dict = {}  # the sha256 of each golden, as MANIFEST.json gives it now: what is judged
         found, problems = runner.check_manifest(gdir, found, vouched)
         chosen = runner.select(found, only, known_ops=set(kdtr.generators.REGISTRY.ops()) | {g[0] for g in found})
-        cases = runner.select_cases(runner.plan(chosen, backends), only)
+        cases = runner.select_cases(runner.plan(chosen, backends, kernels), only)
         cases = runner.shard(cases, shard)
         if not cases:
             raise runner.UsageError(f"--shard {shard}: this shard selects no case (there are fewer goldens than shards)")
@@ -206,6 +212,9 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
         raise
 
     console.print(results_table(results))
+    for r in results:
+        if r.case.kernel and r.detail:  # which instance a forced kernel ran
+            console.print(f"{printable(r.case.id)}: {printable(r.detail)}", style="dim", markup=False)
     skipped = sorted({(r.case.backend, r.reason) for r in results if r.status == Status.NOT_SUPPORTED})
     for backend, reason in skipped:
         console.print(f"{backend}: NOT_SUPPORTED: {printable(reason)}", style="dim", markup=False)
@@ -218,7 +227,8 @@ def run(only, backends, required, jobs, shard, tier, timeout, device_spec, batch
     env["gpu"] = gpu_description()
     env["commit"] = report.git_commit(root)
     env["run_id"] = f"{env['date']} pid {os.getpid()}"
-    env["selection"] = " ".join(shlex.quote(a) for a in _selection_args(only, backends, shard, tier, required))
+    env["selection"] = " ".join(shlex.quote(a) for a in _selection_args(only, backends, shard, tier, required,
+                                                                        kernel_specs))
     env["bin_dir"] = str(cfg.bin_dir.resolve())
     try:
         paths = report.write_all(rdir, results, env, rset)
@@ -258,23 +268,26 @@ def _discard(rset: fsutil.ReportSet) -> None:
         pass
 
 
-def _selection_args(only, backends, shard, tier, required) -> list[str]:
+def _selection_args(only, backends, shard, tier, required, kernel_specs=()) -> list[str]:
     args = [a for pat in only for a in ("--only", pat)] + [a for b in backends for a in ("--backend", b)]
+    args += [a for k in kernel_specs for a in ("--kernel", k)]
     args += ["--shard", shard] if shard else []
     args += ["--tier", tier] if tier != "committed" else []
     return args + [a for b in required for a in ("--require-backend", b)]
 
 
 def results_table(results: list[runner.CaseResult]) -> Table:
-    """One row per golden, one status column per backend, then the slowest time."""
-    backends = [b for b in runner.BACKENDS if any(r.case.backend == b for r in results)]
+    """One row per golden, one status column per backend (and backend:kernel for each forced
+    kernel), then the slowest time."""
+    columns = {r.case.column: r.case.backend for r in results}
+    backends = sorted(columns, key=lambda c: (runner.BACKENDS.index(columns[c]), c != columns[c], c))
     table = Table(title="kdtr conformance")
     for col in ("op", "config", *backends):
         table.add_column(col, no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
     rows: dict[tuple[str, str], dict[str, runner.CaseResult]] = {}
     for r in results:
-        rows.setdefault((r.case.op, r.case.config), {})[r.case.backend] = r
+        rows.setdefault((r.case.op, r.case.config), {})[r.case.column] = r
     for (op, config), row in rows.items():
         cells = [f"[{STATUS_STYLE[row[b].status]}]{row[b].status}[/]" if b in row else "" for b in backends]
         table.add_row(escape(printable(op)), escape(printable(config)), *cells, f"{max(r.seconds for r in row.values()):.2f}s")

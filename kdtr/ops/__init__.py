@@ -72,10 +72,23 @@ class OpSpec:
     reference: Reference
     metadata: tuple[str, ...] = ()
     description: str = ""
+    # The kernels a cuda binary of the op can be forced to run (``--kernel NAME``; ``kdtr run
+    # --kernel op=NAME``); () for an op with no kernel choice. An output's metadata
+    # ``kernel`` names the one that ran: the name, or an instance of it (``mma_bf16_...``).
+    kernels: tuple[str, ...] = ()
+    # The C ABI (docs/binaries.md, "The op signature"; cuda_tests/include/kdtr_abi.h): the
+    # dims of the op's parameter struct, as int64, in this order (a dim of a tensor, a
+    # scalar input such as d_v, or N = metadata max_budget), and its buffers: pointers that
+    # are neither inputs nor outputs (a caller's workspace, an optional extra output).
+    abi_dims: tuple[str, ...] = ()
+    abi_buffers: tuple[TensorSpec, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "kernels", tuple(self.kernels))
+        object.__setattr__(self, "abi_dims", tuple(self.abi_dims))
+        object.__setattr__(self, "abi_buffers", tuple(self.abi_buffers))
         for kind, specs in (("input", self.inputs), ("output", self.outputs)):
             names = [s.name for s in specs]
             if len(set(names)) != len(names):

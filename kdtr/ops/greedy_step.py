@@ -59,6 +59,9 @@ _ATTN_IN = {s.name: s for s in attn_op.SPEC.inputs}
 
 SPEC = register_op(OpSpec(
     name="greedy_step",
+    kernels=("simt", "mma", "wgmma"),  # the kernel of its verify_attn stage
+    abi_dims=("B", "D", "K", "N", "H", "S", "Dqk", "d_v"),
+    abi_buffers=(TensorSpec("tree_len", "i32", ("B",)),),  # workspace: node_count + 1
     description="tree_build -> verify_attn -> tree_accept on one device (docs/ops/greedy_step.md)",
     inputs=build_op.SPEC.inputs + tuple(_ATTN_IN[n] for n in ATTN_INPUTS)
     + (TensorSpec("target_predict", "i64", ("B", "T")),),

@@ -216,6 +216,9 @@ def reference(inputs, metadata) -> dict[str, np.ndarray]:
 
 SPEC = register_op(OpSpec(
     name="tree_build",
+    kernels=("heap", "select"),
+    abi_dims=("B", "D", "K", "N"),
+    abi_buffers=(TensorSpec("heap_fallback", "u8", ("B",)),),  # optional: 1 where the select build gave up
     description="best-first draft tree (docs/ops/tree_build.md)",
     inputs=(
         TensorSpec("top_log_probs", "f32", ("B", "D", "K")),

@@ -252,6 +252,8 @@ def reference(inputs, metadata) -> dict[str, np.ndarray]:
 
 SPEC = register_op(OpSpec(
     name="verify_attn",
+    kernels=("simt", "mma", "wgmma"),
+    abi_dims=("B", "T", "H", "S", "Dqk", "d_v"),
     description="MLA-absorb attention over prefix + draft tree (docs/ops/verify_attn.md)",
     inputs=(
         TensorSpec("q", "f32|bf16", ("B", "T", "H", "Dqk")),
