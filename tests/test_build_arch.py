@@ -47,6 +47,7 @@ def _stamp_fields(stamp: str) -> dict[str, str]:
 # The real compilers
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # compiles verify_attn with nvcc (about 12 s)
 def test_verify_attn_compiles_for_sm_120(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:

@@ -96,6 +96,7 @@ def test_check_reports_orphan_missing_unlisted_and_hash(gdir):
     assert "tree_accept/default.kdtr: hash" in out
 
 
+@pytest.mark.slow  # regenerates every golden (about 5 s)
 def test_regen_writes_identical_bytes(tmp_path, gdir):
     fresh = tmp_path / "fresh"
     r = CliRunner().invoke(main, ["regen", "--golden-dir", str(fresh)])

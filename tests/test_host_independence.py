@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kdtr import goldens
 
 CHILD = r"""
@@ -50,6 +52,7 @@ def simd_above_baseline() -> list[str]:
     return [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
 
 
+@pytest.mark.slow  # regenerates every golden in a child (about 20 s)
 def test_every_golden_regenerates_bit_identically_with_narrowed_simd_and_one_blas_thread(repo_root):
     features = simd_above_baseline()
     env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(features), OPENBLAS_NUM_THREADS="1",

@@ -170,6 +170,7 @@ E2E = {
 }
 
 
+@pytest.mark.slow  # builds and runs mutants (about 20 s)
 def test_end_to_end_outcomes_reports_and_exit_code(tmp_path):
     cat = tmp_path / "cat"
     cat.mkdir()
