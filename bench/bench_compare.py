@@ -158,7 +158,7 @@ def run_args(golden_dir: Path, bin_dir: Path, report_dir: str) -> list[str]:
 
 def run_table(golden_dir: Path, bin_dir: Path, runs: int) -> list[str]:
     import kdtr.cli.main as cli
-    import kdtr.runner as kr
+    import kdtr.run as kr
 
     walls_cmd, walls_in, cmp_s, n_cmp, statuses, used = [], [], [], [], "", ""
     for _ in range(runs):  # the command, as a user runs it

@@ -5,7 +5,7 @@ and the fixture ``kdtr_golden``: a normal run collects and runs exactly what it 
 
 ``pytest --kdtr``
     adds one test item per golden x backend of the test binaries, ``kdtr::<op>/<config>@<backend>``,
-    each running the case as ``kdtr run --no-batch`` does (:func:`kdtr.runner.run_case`):
+    each running the case as ``kdtr run --no-batch`` does (:func:`kdtr.run.run_case`):
     PASS passes; MISMATCH, CRASH, TIMEOUT and ERROR fail with the runner's mismatch lines;
     WAIVED (golden/known_failures.json) is an xfail with its reason; NOT_SUPPORTED (no CUDA
     here) is a skip with the binary's reason. The items carry the marker ``kdtr`` and no
@@ -198,7 +198,7 @@ class KdtrCaseItem(pytest.Item):
         self.case = case
 
     def _run_config(self) -> Any:
-        from .runner import RunConfig
+        from .run import RunConfig
 
         state = self.config.stash[_KEY]
         if "out_dir" not in state:  # one per process: xdist workers never share an output path
@@ -216,7 +216,7 @@ class KdtrCaseItem(pytest.Item):
 
     def runtest(self) -> None:
         from .report import mismatch_lines
-        from .runner import run_case
+        from .run import run_case
 
         res = run_case(self.case, self._run_config())
         self.user_properties += [("kdtr_status", str(res.status)), ("kdtr_rerun", res.rerun)]
@@ -242,7 +242,7 @@ class KdtrCaseItem(pytest.Item):
 
 
 def _plan(config: pytest.Config) -> dict[str, Any]:
-    from .runner import BACKENDS, UsageError, load_known_failures, parse_kernels, plan, select, select_cases
+    from .run import BACKENDS, UsageError, load_known_failures, parse_kernels, plan, select, select_cases
 
     gdir, bdir = golden_dir(config), bin_dir(config)
     backends = tuple(dict.fromkeys(config.getoption("--kdtr-backend") or BACKENDS))
@@ -264,7 +264,7 @@ def _plan(config: pytest.Config) -> dict[str, Any]:
     rerun = ["--golden-dir", str(gdir), "--bin-dir", str(bdir)]
     if timeout != 60.0:
         rerun += ["--timeout", f"{timeout:g}"]
-    from .runner import GoldenStore
+    from .run import GoldenStore
 
     return {"cases": cases, "golden_dir": gdir, "bin_dir": bdir, "timeout": timeout, "store": GoldenStore(),
             "known_failures": known, "golden_problems": problems, "vouched": vouched, "rerun_args": rerun}
@@ -283,7 +283,7 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     state = config.stash.get(_KEY, None)
     if not state:
         return []
-    from .runner import missing_binaries, missing_binaries_line
+    from .run import missing_binaries, missing_binaries_line
 
     missing = missing_binaries(state["cases"], state["bin_dir"])
     return [f"kdtr: {missing_binaries_line(missing, state['bin_dir'], '--kdtr-only')}"] if missing else []

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from . import fsutil
-from .runner import STATUSES, Case, CaseResult
+from .run import STATUSES, Case, CaseResult
 from .status import ERRORED, SKIPPED, Status
 from .text import printable, printable_lines, printable_tree
 

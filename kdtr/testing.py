@@ -167,7 +167,7 @@ def goldens(
     axis: tuple[str | None, ...] = (None,)
     if kernels is not None:
         from .goldens import UsageError
-        from .runner import parse_kernels
+        from .run import parse_kernels
 
         if isinstance(kernels, str):
             kernels = [kernels]
@@ -239,7 +239,7 @@ def mismatch_lines(golden: Golden, results: list[TensorResult], extra: Iterable[
     """The runner's mismatch lines (kdtr.report.mismatch_lines) for ``results`` on
     ``golden``; the case id is ``op/config@python``."""
     from .report import mismatch_lines as report_lines
-    from .runner import Case, CaseResult
+    from .run import Case, CaseResult
 
     case = Case(golden.op, golden.config, golden.path, backend="python")
     res = CaseResult(case, Status.MISMATCH, outputs=results)

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 import kdtr
-from kdtr.runner import BATCH_TAG
+from kdtr.run import BATCH_TAG
 from timing import never_fifo
 
 _FAKE = r'''#!/bin/sh

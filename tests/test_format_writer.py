@@ -622,7 +622,8 @@ def test_atomic_write_of_a_single_file_never_removes_the_old_one_first(tmp_path,
 def test_manifest_and_reports_are_written_through_the_helper(tmp_path, monkeypatch):
     """write_manifest and report.write_all go through kdtr.format's helper (one rule for
     temporary names, modes and fsync)."""
-    from kdtr import fsutil, goldens, report, runner
+    from kdtr import fsutil, goldens, report
+    from kdtr import run as runner
 
     calls = []
     real = fsutil.write_temp_at

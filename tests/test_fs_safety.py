@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
-from kdtr import fsutil, runner
+from kdtr import fsutil
+from kdtr import run as runner
 from kdtr import mutate as mut
 from kdtr.cli.main import main
 from test_runner import env, invoke  # noqa: F401  (env is a fixture)

@@ -23,7 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
-from kdtr import goldens, runner, testing
+from kdtr import goldens, testing
+from kdtr import run as runner
 from kdtr.cli.main import main
 
 pytest_plugins = ["pytester"]

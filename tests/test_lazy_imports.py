@@ -39,7 +39,7 @@ def _no_ml_dtypes_after(repo_root, code: str) -> None:
 
 def test_importing_kdtr_and_the_cli_does_not_import_ml_dtypes(repo_root):
     _no_ml_dtypes_after(
-        repo_root, "import kdtr, kdtr.cli.main, kdtr.runner, kdtr.report, kdtr.goldens, kdtr.generators"
+        repo_root, "import kdtr, kdtr.cli.main, kdtr.run, kdtr.report, kdtr.goldens, kdtr.generators"
     )
 
 

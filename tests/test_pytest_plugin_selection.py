@@ -129,7 +129,7 @@ def test_pytest_kdtr_says_once_what_an_external_bin_dir_lacks(pytester: pytest.P
 
 
 def test_the_checkouts_build_bin_still_says_run_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kdtr import runner
+    from kdtr import run as runner
 
     fake_root = tmp_path / "checkout"
     (fake_root / "build" / "bin").mkdir(parents=True)

@@ -38,7 +38,7 @@ def test_no_module_under_kdtr_imports_generators_or_runners(repo_root):
            if p.parent.name not in ("generators", "cli")
            for i, line in enumerate(p.read_text().splitlines(), 1) if IMPORT_RE.match(line)]
     assert not bad, bad
-    code = ("import sys, kdtr, kdtr.goldens, kdtr.runner, kdtr.report, kdtr.registry, kdtr.ops; "
+    code = ("import sys, kdtr, kdtr.goldens, kdtr.run, kdtr.report, kdtr.registry, kdtr.ops; "
             "bad = sorted(m for m in sys.modules if m.split('.')[:2] in (['kdtr', 'generators'], ['kdtr', 'cli'])); "
             "assert not bad, bad")
     p = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=60)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from kdtr import fsutil, report, runner
+from kdtr import fsutil, report
+from kdtr import run as runner
 
 FS_CALLS = ("open", "mkdir", "symlink", "replace", "rename", "link", "unlink", "rmdir", "fsync")
 OBTAINED_REL = Path("tree_accept") / "a.cpu.kdtr"

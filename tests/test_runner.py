@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
-from kdtr import goldens, runner
+from kdtr import goldens
+from kdtr import run as runner
 from kdtr.cli.main import main
 from timing import HANG_GUARD, SHORT_TIMEOUT, gone, never_fifo, wait_for
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import kdtr
 from conftest import op_binary
 from fakes import make_sanitizer, read_log
-from kdtr import runner
+from kdtr import run as runner
 from kdtr.cli.main import main
 from test_runner import relist
 from timing import SHORT_TIMEOUT

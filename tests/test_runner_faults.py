@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 import kdtr
 import kdtr.generators
-from kdtr import goldens, report, runner
+from kdtr import goldens, report
+from kdtr import run as runner
 from kdtr.cli.main import main
 from kdtr.text import printable
 from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
@@ -449,7 +450,7 @@ def test_harness_error_still_has_a_rerun_line(env, monkeypatch):  # noqa: F811
     def boom(case, cfg):
         raise RuntimeError("harness bug")
 
-    monkeypatch.setattr(runner, "run_case", boom)
+    monkeypatch.setattr(runner.process, "run_case", boom)
     r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain")
     case = report_cases(tmp_path)["tree_accept/chain@cpu"]
     assert r.exit_code == 1 and case["status"] == "ERROR" and "harness bug" in case["reason"]

@@ -66,7 +66,7 @@ def test_lines_work_is_linear_in_the_bytes_fed():
 PROBE = textwrap.dedent('''
     import json, os, sys
     from pathlib import Path
-    from kdtr import runner
+    from kdtr import run as runner
 
     def hwm_kib():
         for line in open("/proc/self/status"):

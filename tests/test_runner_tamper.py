@@ -29,12 +29,13 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import golden_subset, op_binary
-from kdtr import judge, mutate, runner, testing
+from kdtr import judge, mutate, testing
+from kdtr import run as runner
 from kdtr.cli.main import main
 
 pytest_plugins = ["pytester"]
 
-TAMPERED = "golden changed while its case ran"  # kdtr.runner.TAMPERED
+TAMPERED = "golden changed while its case ran"  # kdtr.run.TAMPERED
 CONFIGS = ["chain", "mid"]  # mid is the larger: with -j 1 --no-batch it runs first
 
 WRAPPER = r'''#!/bin/sh

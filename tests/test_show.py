@@ -215,7 +215,8 @@ def test_report_links_the_svg_of_a_failing_tree_accept_case(tmp_path, repo_root)
 
 
 def test_report_is_written_when_the_picture_fails(tmp_path, monkeypatch):
-    from kdtr import report, runner
+    from kdtr import report
+    from kdtr import run as runner
 
     def boom(_r):
         raise RuntimeError("no picture")

@@ -1,6 +1,6 @@
 """The ``kdtr`` command line: run, regen, inspect, diff, list, mutate.
 
-Only options and rendering live here; the work is in :mod:`kdtr.runner`,
+Only options and rendering live here; the work is in :mod:`kdtr.run`,
 :mod:`kdtr.goldens`, :mod:`kdtr.compare` and :mod:`kdtr.report`.
 
 Exit codes: 0 all pass (or no drift / no difference), 1 a mismatch, crash, timeout,
@@ -26,7 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kdtr import format as kformat
-from kdtr import children, fsutil, goldens, judge, report, runner
+from kdtr import children, fsutil, goldens, judge, report
+from kdtr import run as runner
 from kdtr.compare import compare
 from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype

@@ -23,7 +23,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kdtr import children, fsutil, goldens, report, runner
+from kdtr import children, fsutil, goldens, report
+from kdtr import run as runner
 from kdtr.text import printable, terminal_columns
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS (if a width in [20, 1000]), else 160.

@@ -8,7 +8,7 @@ reference) plus metadata with the comparison contract of every expected output.
 
 :data:`REGISTRY` holds every module's configurations, registered against the op specs;
 the ``kdtr`` command (kdtr/cli/main.py) passes it to :mod:`kdtr.goldens` and
-:mod:`kdtr.runner`, which never import this package.
+:mod:`kdtr.run`, which never import this package.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdtr import children, fsutil, runner
+from kdtr import children, fsutil
+from kdtr import run as runner
 from kdtr.mutate.catalogue import (
     BAD_CLAIM,
     EQUIVALENT,

@@ -21,7 +21,8 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from kdtr import children, fsutil, runner
+from kdtr import children, fsutil
+from kdtr import run as runner
 from kdtr.mutate.catalogue import OPS
 
 _STAGING_MARK = ".kdtr-staging"
