@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -169,18 +169,21 @@ def _perturbed(expected: dict[str, np.ndarray], wrong_tensor: str | None) -> dic
 
 # (sha256 of a golden's bytes, op, wrong_tensor) -> (passing output, wrong output), as
 # bytes: the goldens are the same in most tests, and loading and saving them is most of
-# the time a fake takes to make
+# the time a fake takes to make (a test's own perturb is not cached)
 _OUTPUTS: dict[tuple[str, str, str | None], tuple[bytes, bytes]] = {}
 
 
-def _outputs_of(golden: Path, op: str, wrong_tensor: str | None, ok_path: Path, wrong_path: Path) -> None:
+def _outputs_of(golden: Path, op: str, wrong_tensor: str | None, perturb: Callable[[dict], dict] | None,
+                ok_path: Path, wrong_path: Path) -> None:
     key = (hashlib.sha256(golden.read_bytes()).hexdigest(), op, wrong_tensor)
-    if key not in _OUTPUTS:
+    if perturb is not None or key not in _OUTPUTS:
         with kdtr.load(golden) as g:
             expected = {k[len("expected."):]: np.array(v) for k, v in g.tensors.items() if k.startswith("expected.")}
         kdtr.save(ok_path, expected, {"op": op})
-        kdtr.save(wrong_path, _perturbed(expected, wrong_tensor), {"op": op})
-        _OUTPUTS[key] = (ok_path.read_bytes(), wrong_path.read_bytes())
+        wrong = perturb({k: v.copy() for k, v in expected.items()}) if perturb else _perturbed(expected, wrong_tensor)
+        kdtr.save(wrong_path, wrong, {"op": op})
+        if perturb is None:
+            _OUTPUTS[key] = (ok_path.read_bytes(), wrong_path.read_bytes())
         return
     ok, bad = _OUTPUTS[key]
     ok_path.write_bytes(ok)
@@ -188,7 +191,8 @@ def _outputs_of(golden: Path, op: str, wrong_tensor: str | None, ok_path: Path, 
 
 
 def make_fake(bdir: Path, gdir: Path, op: str, *, modes: Mapping[str, str] | None = None, batch: bool = True,
-              wrong_tensor: str | None = None, log: Path | None = None) -> Path:
+              wrong_tensor: str | None = None, perturb: Callable[[dict], dict] | None = None,
+              log: Path | None = None) -> Path:
     """Write ``bdir/kdtr_<op>`` (see the module docstring) for the goldens now in ``gdir/<op>``
     and return its path.
 
@@ -196,6 +200,8 @@ def make_fake(bdir: Path, gdir: Path, op: str, *, modes: Mapping[str, str] | Non
         modes: config name -> mode baked in (``$FAKE_MODE`` overrides it per config).
         batch: False for a binary without batch mode.
         wrong_tensor: the output tensor mode ``wrong`` changes (default: the first by name).
+        perturb: instead, makes mode ``wrong``'s outputs from a golden's expected ones (name
+            -> writable array; it returns the dict to write).
         log: a file that gets each invocation's argv (else ``$FAKE_LOG``, if set).
 
     Raises:
@@ -206,7 +212,7 @@ def make_fake(bdir: Path, gdir: Path, op: str, *, modes: Mapping[str, str] | Non
     outputs.mkdir(exist_ok=True)
     wrong.mkdir(exist_ok=True)
     for golden in sorted((gdir / op).glob("*.kdtr")):
-        _outputs_of(golden, op, wrong_tensor, outputs / golden.name, wrong / golden.name)
+        _outputs_of(golden, op, wrong_tensor, perturb, outputs / golden.name, wrong / golden.name)
     fifo = never_fifo(bdir)
     for c, m in (modes or {}).items():
         if any(ch in c + m for ch in ",:\"'\n"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import xml.etree.ElementTree as ET
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import golden_subset
+from fakes import make_fake
 
 pytest_plugins = ["pytester"]
 
@@ -35,38 +35,40 @@ def _golden_copy(tmp_path: Path, configs: list[str], waivers: dict[str, str] | N
     return golden_subset(tmp_path, "tree_accept", configs, waivers)
 
 
-def _fake_bin(tmp_path: Path, body: str) -> Path:
-    """A bin dir whose kdtr_tree_accept is a Python script (argv as the real binary's)."""
+def _sh_bin(tmp_path: Path, body: str) -> Path:
+    """A bin dir whose kdtr_tree_accept is the sh script ``body`` (argv as the real binary's;
+    $REAL is the real binary)."""
     bdir = tmp_path / "bin"
     bdir.mkdir(exist_ok=True)
     script = bdir / "kdtr_tree_accept"
-    script.write_text(f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[1:]\n"
-                      f"REAL = {str(ACCEPT_BIN)!r}\n{body}\n")
+    script.write_text(f"#!/bin/sh\nREAL='{ACCEPT_BIN}'\n{body}\n")
     script.chmod(0o755)
     return bdir
 
 
 # cuda: exit 3 with a reason, as a binary built without CUDA (docs/binaries.md); cpu: the real binary
 NO_CUDA = """
-if args[args.index("--backend") + 1] == "cuda":
-    print("kdtr_tree_accept: backend cuda not supported: no GPU in this test", file=sys.stderr)
-    sys.exit(3)
-os.execv(REAL, [REAL] + args)
+prev=''; for a in "$@"; do [ "$prev" = --backend ] && backend=$a; prev=$a; done
+if [ "$backend" = cuda ]; then
+  echo 'kdtr_tree_accept: backend cuda not supported: no GPU in this test' >&2; exit 3
+fi
+exec "$REAL" "$@"
 """
 
-# writes the expected outputs with proposed[0, 1] off by one
-WRONG = """
-import kdtr
-g = kdtr.load(args[args.index("--input") + 1])
-out = {k[len("expected."):]: v.copy() for k, v in g.tensors.items() if k.startswith("expected.")}
-out["proposed"][0, 1] += 1
-kdtr.save(args[args.index("--output") + 1], out)
-"""
+CRASH = "kill -s SEGV $$"
 
-CRASH = """
-import signal
-os.kill(os.getpid(), signal.SIGSEGV)
-"""
+
+def _wrong_bin(tmp_path: Path, gdir: Path) -> Path:
+    """A bin dir whose kdtr_tree_accept writes the expected outputs with proposed[0, 1] off
+    by one (tests/fakes.py)."""
+
+    def off_by_one(out: dict) -> dict:
+        out["proposed"][0, 1] += 1
+        return out
+
+    configs = [p.stem for p in (gdir / "tree_accept").glob("*.kdtr")]
+    return make_fake(tmp_path / "bin", gdir, "tree_accept", perturb=off_by_one,
+                     modes={c: "wrong" for c in configs}).parent
 
 
 def _outcomes(result: pytest.RunResult) -> dict[str, int]:
@@ -87,7 +89,7 @@ def test_without_kdtr_option_nothing_changes(pytester: pytest.Pytester) -> None:
 
 
 def test_kdtr_collects_golden_x_backend_and_runs_them(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    bdir = _fake_bin(tmp_path, NO_CUDA)
+    bdir = _sh_bin(tmp_path, NO_CUDA)
     args = ["--kdtr", f"--kdtr-bin-dir={bdir}", f"--kdtr-golden-dir={GOLDEN}", "-p", "no:cacheprovider"]
     only = ["--kdtr-only", "tree_accept/chain", "--kdtr-only", "tree_accept/wide*"]
     co = pytester.runpytest(*args, *only, "--co", "-q")
@@ -115,7 +117,7 @@ def test_kdtr_real_binaries_cpu(pytester: pytest.Pytester) -> None:
 
 def test_kdtr_mismatch_fails_with_the_record_and_waiver_is_xfail(pytester: pytest.Pytester, tmp_path: Path) -> None:
     gdir = _golden_copy(tmp_path, ["chain", "default"], {"tree_accept/default@cpu": "issue 99: known off-by-one"})
-    bdir = _fake_bin(tmp_path, WRONG)
+    bdir = _wrong_bin(tmp_path, gdir)
     result = pytester.runpytest("--kdtr", f"--kdtr-bin-dir={bdir}", f"--kdtr-golden-dir={gdir}",
                                 "--kdtr-backend", "cpu", "-rxX", "-p", "no:cacheprovider")
     assert _outcomes(result) == {"failed": 1, "xfailed": 1}
@@ -135,7 +137,7 @@ def test_kdtr_mismatch_fails_with_the_record_and_waiver_is_xfail(pytester: pytes
 def test_kdtr_crash_and_unvouched_golden_fail(pytester: pytest.Pytester, tmp_path: Path) -> None:
     gdir = _golden_copy(tmp_path, ["chain"])
     shutil.copyfile(gdir / "tree_accept/chain.kdtr", gdir / "tree_accept/stray.kdtr")
-    bdir = _fake_bin(tmp_path, CRASH)
+    bdir = _sh_bin(tmp_path, CRASH)
     result = pytester.runpytest("--kdtr", f"--kdtr-bin-dir={bdir}", f"--kdtr-golden-dir={gdir}",
                                 "--kdtr-backend", "cpu", "-p", "no:cacheprovider")
     assert _outcomes(result) == {"failed": 2}
