@@ -99,6 +99,23 @@ def fake_bin(tmp_path):
     return make
 
 
+@pytest.fixture
+def runner_env(tmp_path, fake_bin):
+    """``(tmp_path, gdir, bdir)``: a private copy of the tree_accept goldens in ``gdir``
+    (its MANIFEST.json lists them; :func:`fakes.relist` after editing one) and ``bdir``
+    holding the fake ``kdtr_tree_accept`` (each golden passes unless ``$FAKE_MODE`` says
+    otherwise; mode ``wrong`` changes ``proposed``). Run it with :func:`fakes.invoke`."""
+    import shutil
+
+    import fakes
+
+    gdir = tmp_path / "golden"
+    shutil.copytree(REPO_ROOT / "golden" / "tree_accept", gdir / "tree_accept")
+    fakes.relist(gdir)
+    bdir = fake_bin(gdir, "tree_accept", wrong_tensor="proposed").parent
+    return tmp_path, gdir, bdir
+
+
 # --- markers ------------------------------------------------------------------------------
 # `binaries` is marked here, not by hand: a test needs what `make build` makes when its
 # function, a fixture it uses, or a function of its own module that it calls names it

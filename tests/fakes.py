@@ -245,3 +245,45 @@ def make_sanitizer(bdir: Path) -> Path:
 def read_log(log: Path) -> list[list[str]]:
     """The argv lists a fake logged, one per invocation."""
     return [json.loads(ln) for ln in log.read_text().splitlines()]
+
+
+# --- a run of `kdtr run` over a private golden copy (the fixture runner_env, conftest.py) --
+
+
+def relist(gdir: Path) -> None:
+    """Make ``gdir/MANIFEST.json`` list the goldens now in ``gdir`` (after a test edits them)."""
+    from kdtr import goldens
+
+    goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
+
+
+def golden_copy(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """A golden's tensors (writable copies) and metadata, the file closed again."""
+    with kdtr.load(path) as g:
+        return {k: np.array(v) for k, v in g.tensors.items()}, dict(g.metadata)
+
+
+def invoke(tmp_path: Path, gdir: Path, bdir: Path, *args: str, mode: str = "", timeout: str = "60", **extra: str):
+    """``kdtr run`` (in process, click's CliRunner) on ``gdir`` with the binaries of
+    ``bdir``, reports in ``tmp_path/reports``; ``mode`` is ``$FAKE_MODE`` and ``extra`` more
+    environment variables for the fake. Returns click's Result."""
+    import os
+
+    from click.testing import CliRunner
+
+    from kdtr.cli.main import main
+
+    env = dict(os.environ, FAKE_MODE=mode, **extra)
+    return CliRunner().invoke(
+        main,
+        ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
+         "--timeout", timeout, *args],
+        env=env,
+        catch_exceptions=False,
+    )
+
+
+def report_cases(tmp_path: Path) -> dict[str, dict]:
+    """The cases of ``tmp_path/reports/conformance.json`` by id."""
+    data = json.loads((tmp_path / "reports" / "conformance.json").read_text())
+    return {c["id"]: c for c in data["cases"]}

@@ -18,13 +18,19 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
+from fakes import invoke
 from kdtr import fsutil
-from kdtr import run as runner
 from kdtr import mutate as mut
+from kdtr import run as runner
 from kdtr.cli.main import main
-from test_runner import env, invoke  # noqa: F401  (env is a fixture)
 
 PRECIOUS = b"someone else's file\n" * 8
+
+
+@pytest.fixture
+def env(runner_env):
+    """``(tmp_path, gdir, bdir)``: the tree_accept goldens and a fake binary (conftest.py)."""
+    return runner_env
 
 
 def _precious(tmp_path: Path, name: str = "precious.txt") -> Path:

@@ -4,7 +4,6 @@ binaries (so CRASH / TIMEOUT / NOT_SUPPORTED can be provoked) and real goldens."
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import xml.etree.ElementTree as ET
@@ -15,50 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
-from kdtr import goldens
+from fakes import golden_copy, invoke, relist, report_cases
 from kdtr import run as runner
 from kdtr.cli.main import main
 from timing import HANG_GUARD, SHORT_TIMEOUT, gone, never_fifo, wait_for
 
 
 @pytest.fixture
-def env(tmp_path, repo_root, fake_bin):
-    """A private copy of the tree_accept goldens and a fake binary directory (tests/fakes.py:
-    each golden passes unless $FAKE_MODE, given by invoke(mode=...), says otherwise)."""
-    gdir = tmp_path / "golden"
-    shutil.copytree(repo_root / "golden" / "tree_accept", gdir / "tree_accept")
-    relist(gdir)
-    bdir = fake_bin(gdir, "tree_accept", wrong_tensor="proposed").parent
-    return tmp_path, gdir, bdir
-
-
-def golden_copy(path):
-    """A golden's tensors (writable copies) and metadata, the file closed again."""
-    with kdtr.load(path) as g:
-        return {k: np.array(v) for k, v in g.tensors.items()}, dict(g.metadata)
-
-
-def relist(gdir):
-    """Make golden/MANIFEST.json list the goldens now in ``gdir`` (after a test edits them)."""
-    goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
-
-
-def invoke(tmp_path, gdir, bdir, *args, mode="", timeout="60", **extra):
-    """``kdtr run`` on ``gdir`` with the binaries of ``bdir``; ``mode`` is $FAKE_MODE and
-    ``extra`` more environment variables for the fake (tests/fakes.py)."""
-    env = dict(os.environ, FAKE_MODE=mode, **extra)
-    return CliRunner().invoke(
-        main,
-        ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
-         "--timeout", timeout, *args],
-        env=env,
-        catch_exceptions=False,
-    )
-
-
-def report_cases(tmp_path):
-    data = json.loads((tmp_path / "reports" / "conformance.json").read_text())
-    return {c["id"]: c for c in data["cases"]}
+def env(runner_env):
+    """``(tmp_path, gdir, bdir)``: the tree_accept goldens and a fake binary (conftest.py)."""
+    return runner_env
 
 
 def test_all_pass_on_cpu_and_cuda_not_supported(env):

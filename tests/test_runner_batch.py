@@ -16,10 +16,9 @@ from click.testing import CliRunner
 
 import kdtr
 from conftest import op_binary
-from fakes import make_sanitizer, read_log
+from fakes import make_sanitizer, read_log, relist
 from kdtr import run as runner
 from kdtr.cli.main import main
-from test_runner import relist
 from timing import SHORT_TIMEOUT
 
 

@@ -20,14 +20,20 @@ from click.testing import CliRunner
 
 import kdtr
 import kdtr.generators
+from fakes import golden_copy, invoke, relist, report_cases
 from kdtr import goldens, report
 from kdtr import run as runner
 from kdtr.cli.main import main
 from kdtr.text import printable
-from test_runner import env, golden_copy, invoke, relist, report_cases  # noqa: F401  (env is a fixture)
 from timing import HANG_GUARD, gone, never_fifo, wait_for
 
 ESC_NAME = "x\x1b[31mRED\x1b[0m\nFORGED ROW"
+
+
+@pytest.fixture
+def env(runner_env):
+    """``(tmp_path, gdir, bdir)``: the tree_accept goldens and a fake binary (conftest.py)."""
+    return runner_env
 
 
 def _no_raw_controls(text: str) -> None:
@@ -65,7 +71,7 @@ def test_inspect_escapes_names_and_metadata(tmp_path):
     assert "key\\x1b[2J" in r.output
 
 
-def test_run_reports_escape_tensor_names_and_binary_stderr(env):  # noqa: F811
+def test_run_reports_escape_tensor_names_and_binary_stderr(env):
     tmp_path, gdir, bdir = env
     path = gdir / "tree_accept" / "default.kdtr"
     tensors, meta = golden_copy(path)
@@ -101,7 +107,7 @@ def test_markdown_fence_cannot_be_closed_by_a_name():
 # --- concurrency, interruption, manifest (item 7) --------------------------------------
 
 
-def test_a_second_run_on_a_busy_report_dir_is_refused(env):  # noqa: F811
+def test_a_second_run_on_a_busy_report_dir_is_refused(env):
     tmp_path, gdir, bdir = env
     with runner.ReportDirLock(tmp_path / "reports"):
         r = invoke(tmp_path, gdir, bdir, "--backend", "cpu")
@@ -110,7 +116,7 @@ def test_a_second_run_on_a_busy_report_dir_is_refused(env):  # noqa: F811
     assert r.exit_code == 0  # released
 
 
-def test_two_concurrent_runs_never_judge_each_others_outputs(env, repo_root):  # noqa: F811
+def test_two_concurrent_runs_never_judge_each_others_outputs(env, repo_root):
     tmp_path, gdir, bdir = env
     args = ["run", "--golden-dir", str(gdir), "--bin-dir", str(bdir), "--report-dir", str(tmp_path / "reports"),
             "--backend", "cpu", "-j", "2"]
@@ -181,7 +187,7 @@ def test_regen_repairs_a_swap_killed_between_its_renames(tmp_path, repo_root):
 
 
 @pytest.mark.parametrize("defect", ["edited", "unlisted", "missing", "fifo"])
-def test_run_holds_goldens_against_the_manifest(env, repo_root, defect):  # noqa: F811
+def test_run_holds_goldens_against_the_manifest(env, repo_root, defect):
     tmp_path, gdir, bdir = env
     target = gdir / "tree_accept" / "chain.kdtr"
     if defect == "edited":  # a valid golden with another expected value, manifest not updated
@@ -208,7 +214,7 @@ def test_run_holds_goldens_against_the_manifest(env, repo_root, defect):  # noqa
     assert case["status"] == "ERROR" and words in case["reason"] and target.name in case["reason"]
 
 
-def test_run_without_manifest_is_a_usage_error(env):  # noqa: F811
+def test_run_without_manifest_is_a_usage_error(env):
     tmp_path, gdir, bdir = env
     (gdir / "MANIFEST.json").unlink()
     r = invoke(tmp_path, gdir, bdir, "--backend", "cpu")
@@ -216,7 +222,7 @@ def test_run_without_manifest_is_a_usage_error(env):  # noqa: F811
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
-def test_every_signal_that_ends_the_run_ends_its_binaries(env, repo_root, sig):  # noqa: F811
+def test_every_signal_that_ends_the_run_ends_its_binaries(env, repo_root, sig):
     tmp_path, gdir, bdir = env
     pidfile = tmp_path / "pids"
     _shim(bdir, f"#!/bin/sh\necho $$ >> {pidfile}\n: < {never_fifo(tmp_path)}\n")  # blocks forever
@@ -247,7 +253,7 @@ def test_every_signal_that_ends_the_run_ends_its_binaries(env, repo_root, sig): 
 # --- command-line edges (item 8) -------------------------------------------------------
 
 
-def test_unwritable_report_dir_is_refused_before_any_case_runs(env):  # noqa: F811
+def test_unwritable_report_dir_is_refused_before_any_case_runs(env):
     tmp_path, gdir, bdir = env
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -259,13 +265,13 @@ def test_unwritable_report_dir_is_refused_before_any_case_runs(env):  # noqa: F8
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "1e308", "-1", "0"])
-def test_timeout_must_be_a_finite_number_of_seconds(env, value):  # noqa: F811
+def test_timeout_must_be_a_finite_number_of_seconds(env, value):
     tmp_path, gdir, bdir = env
     r = invoke(tmp_path, gdir, bdir, timeout=value)
     assert r.exit_code == 2 and "--timeout" in r.output
 
 
-def test_rerun_line_repeats_the_options_that_matter(env, repo_root):  # noqa: F811
+def test_rerun_line_repeats_the_options_that_matter(env, repo_root):
     tmp_path, gdir, bdir = env
     # not the default 60 s (a rerun line names only a changed timeout), and a hang guard only
     r = invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/wide", mode="wide:wrong", timeout="90")
@@ -285,7 +291,7 @@ def test_rerun_line_of_a_second_tier_case_says_tier_all():
     assert runner.run_case(case, cfg).rerun.endswith("--tier all")
 
 
-def test_only_accepts_the_case_ids_reports_print(env):  # noqa: F811
+def test_only_accepts_the_case_ids_reports_print(env):
     tmp_path, gdir, bdir = env
     r = invoke(tmp_path, gdir, bdir, "--only", "tree_accept/chain@cpu")
     assert r.exit_code == 0 and set(report_cases(tmp_path)) == {"tree_accept/chain@cpu"}
@@ -297,7 +303,7 @@ def test_only_accepts_the_case_ids_reports_print(env):  # noqa: F811
     assert r.exit_code == 2 and "matches no case" in r.output
 
 
-def test_every_shard_tests_the_cpu_backend(env):  # noqa: F811
+def test_every_shard_tests_the_cpu_backend(env):
     tmp_path, gdir, bdir = env
     seen = []
     for i in (1, 2):
@@ -310,7 +316,7 @@ def test_every_shard_tests_the_cpu_backend(env):  # noqa: F811
     assert len(seen) == len(set(seen)) == 2 * n  # the shards partition the cases
 
 
-def test_require_backend_makes_not_supported_a_failure(env):  # noqa: F811
+def test_require_backend_makes_not_supported_a_failure(env):
     tmp_path, gdir, bdir = env
     r = invoke(tmp_path, gdir, bdir, "--backend", "cuda")
     assert r.exit_code == 0 and "nothing was tested" in r.output
@@ -320,7 +326,7 @@ def test_require_backend_makes_not_supported_a_failure(env):  # noqa: F811
     assert r.exit_code == 2
 
 
-def test_cpu_backend_not_supported_is_an_error(env):  # noqa: F811
+def test_cpu_backend_not_supported_is_an_error(env):
     tmp_path, gdir, bdir = env
     _shim(bdir, "#!/bin/sh\necho 'backend cpu not supported' >&2\nexit 3\n")
     r = invoke(tmp_path, gdir, bdir, "--only", "tree_accept/chain")
@@ -330,7 +336,7 @@ def test_cpu_backend_not_supported_is_an_error(env):  # noqa: F811
     assert cases["tree_accept/chain@cuda"]["status"] == "NOT_SUPPORTED"
 
 
-def test_reports_record_selection_and_commit(env, repo_root):  # noqa: F811
+def test_reports_record_selection_and_commit(env, repo_root):
     tmp_path, gdir, bdir = env
     invoke(tmp_path, gdir, bdir, "--backend", "cpu", "--only", "tree_accept/chain", "--shard", "1/1")
     e = json.loads((tmp_path / "reports" / "conformance.json").read_text())["environment"]
@@ -412,7 +418,7 @@ def test_regen_check_escapes_file_names(tmp_path, repo_root, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["MANIFEST.json", "known_failures.json"])
-def test_fifo_manifest_or_waiver_file_is_refused_not_blocked_on(env, repo_root, name):  # noqa: F811
+def test_fifo_manifest_or_waiver_file_is_refused_not_blocked_on(env, repo_root, name):
     tmp_path, gdir, bdir = env
     (gdir / name).unlink(missing_ok=True)
     os.mkfifo(gdir / name)
@@ -424,7 +430,7 @@ def test_fifo_manifest_or_waiver_file_is_refused_not_blocked_on(env, repo_root, 
             goldens.read_manifest(gdir)
 
 
-def test_a_non_regular_lock_file_is_a_usage_error(env):  # noqa: F811
+def test_a_non_regular_lock_file_is_a_usage_error(env):
     tmp_path, gdir, bdir = env
     (tmp_path / "reports").mkdir()
     os.mkfifo(tmp_path / "reports" / runner.REPORT_LOCK)
@@ -444,7 +450,7 @@ def test_rerun_pattern_selects_exactly_its_own_case():
         assert chosen == [case], (case.config, pattern, [c.config for c in chosen])
 
 
-def test_harness_error_still_has_a_rerun_line(env, monkeypatch):  # noqa: F811
+def test_harness_error_still_has_a_rerun_line(env, monkeypatch):
     tmp_path, gdir, bdir = env
 
     def boom(case, cfg):
@@ -457,7 +463,7 @@ def test_harness_error_still_has_a_rerun_line(env, monkeypatch):  # noqa: F811
     assert case["rerun"].startswith("kdtr run --only tree_accept/chain --backend cpu")
 
 
-def test_a_contract_for_no_output_is_an_error(env, repo_root):  # noqa: F811
+def test_a_contract_for_no_output_is_an_error(env, repo_root):
     tmp_path, gdir, bdir = env
     path = gdir / "tree_accept" / "chain.kdtr"
     tensors, meta = golden_copy(path)
@@ -471,7 +477,7 @@ def test_a_contract_for_no_output_is_an_error(env, repo_root):  # noqa: F811
     assert r.exit_code == 2 and "contract.proposd.kind" in r.output
 
 
-def test_json_report_spells_a_name_one_way(env):  # noqa: F811
+def test_json_report_spells_a_name_one_way(env):
     tmp_path, gdir, bdir = env
     odd = gdir / "tree_accept" / "n\nl.kdtr"
     shutil.copy(gdir / "tree_accept" / "chain.kdtr", odd)

@@ -16,10 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr
-from fakes import make_fake
+from fakes import make_fake, relist, report_cases
 from kdtr.cli.main import main
 from kdtr.ops.tree_accept import tree_accept
-from test_runner import relist, report_cases
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
