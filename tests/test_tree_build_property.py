@@ -78,8 +78,8 @@ def _cuda_device() -> bool:
 HAS_CUDA = _cuda_device()
 BACKENDS = [
     pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(
-        not HAS_CUDA, reason="no CUDA device (`nvidia-smi -L` lists no GPU): the cuda backend is not checked")),
+    pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not HAS_CUDA, reason="no CUDA device (`nvidia-smi -L` lists no GPU): the cuda backend is not checked")]),
 ]
 
 PROPERTY_SETTINGS = settings(
