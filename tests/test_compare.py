@@ -391,6 +391,7 @@ def cases(draw):
     return e, a, c
 
 
+@pytest.mark.slow  # 200 hypothesis examples
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_property_allclose_equals_reference(case) -> None:
@@ -408,6 +409,7 @@ def test_property_allclose_equals_reference(case) -> None:
     json.dumps(r.to_json(), allow_nan=False)
 
 
+@pytest.mark.slow  # 120 hypothesis examples
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_property_exact_equals_bytes(case) -> None:

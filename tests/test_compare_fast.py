@@ -395,6 +395,7 @@ def test_property_ulp_distance_equals_the_reference(case) -> None:
 
 
 
+@pytest.mark.slow  # 800 hypothesis examples
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(differing_cases())
 def test_property_records_equal_the_reference(case) -> None:

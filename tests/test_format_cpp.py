@@ -214,6 +214,7 @@ def test_cpp_accepts_every_golden(kdtr_check, repo_root):
 # --- differential: the same verdict as Python on damaged copies of the valid file ----------
 
 
+@pytest.mark.slow  # one kdtr_check process per byte of the file
 def test_cpp_and_python_agree_on_every_single_byte_flip(tmp_path, kdtr_check):
     data = M.valid_file_bytes()
     path = tmp_path / "flip.kdtr"

@@ -63,6 +63,7 @@ def test_isal_crc32_equals_zlib_on_random_data():
     assert FL._isal_crc32(arr) == zlib.crc32(arr)
 
 
+@pytest.mark.slow  # CRCs a mapping over 2 GiB twice (ISA-L and zlib)
 def test_isal_crc32_on_a_large_mapping():
     """An mmap view longer than 2**31 bytes (load() hands the CRC views of a mapping):
     one call covers it, with the value zlib computes. The anonymous mapping reads as the
@@ -455,6 +456,7 @@ def _run_cpp_check(tmp_path: Path, isal: bool) -> str:
     return r.stdout
 
 
+@pytest.mark.slow  # compiles a C++ check and CRCs a buffer over 4 GiB
 def test_cpp_isal_crc32_equals_zlib(tmp_path):
     """crc32_gzip_refl(0, p, n) == zlib's crc32(0, p, n): every alignment and short length,
     the check value, a buffer over 4 GiB; and the split CRC of 2..5 threads. Runs where
@@ -464,11 +466,13 @@ def test_cpp_isal_crc32_equals_zlib(tmp_path):
     assert "isa-l" in _run_cpp_check(tmp_path, isal=True)
 
 
+@pytest.mark.slow  # compiles a C++ check and CRCs a buffer over 4 GiB
 def test_cpp_zlib_split_crc32(tmp_path):
     """Without ISA-L: the split CRC (crc32_combine of the parts) == zlib's, 1..5 threads."""
     assert "zlib" in _run_cpp_check(tmp_path, isal=False)
 
 
+@pytest.mark.slow  # builds kdtr_check with make
 def test_zlib_fallback_build_reads_the_goldens(tmp_path, kdtr_check):
     """`make KDTR_CRC=zlib` (what a machine without ISA-L builds): kdtr_check says zlib,
     verifies every golden, rewrites one to the same bytes as the ISA-L build, and still
