@@ -153,6 +153,17 @@ def test_auto_keeps_the_unforced_case_beside_the_forced_ones(env):
     assert sorted(_cases(tmp_path)) == ["verify_attn/a_bf16@cuda", "verify_attn/a_bf16@cuda:simt"]
 
 
+def test_a_case_id_with_its_kernel_selects_that_case_alone(env):
+    tmp_path, gdir, bdir, log = env
+    r = _run(tmp_path, gdir, bdir, "--backend", "cpu", "--backend", "cuda", "--only", "verify_attn/a_bf16@cuda:mma",
+             "--only", "tree_build/c@cuda", "--kernel", "verify_attn=all", "--kernel", "tree_build=all")
+    assert r.exit_code == 0, r.output
+    assert sorted(_cases(tmp_path)) == ["tree_build/c@cuda:heap", "tree_build/c@cuda:select",
+                                        "verify_attn/a_bf16@cuda:mma"]
+    r = _run(tmp_path, gdir, bdir, "--backend", "cuda", "--only", "verify_attn/a_bf16@cuda:mma")
+    assert r.exit_code == 2 and "matches no case" in r.output and "--kernel" in r.output, r.output
+
+
 def test_an_output_of_another_kernel_than_the_forced_one_is_an_error(env, monkeypatch):
     tmp_path, gdir, bdir, log = env
     monkeypatch.setenv("FAKE_LIE", "1")

@@ -89,16 +89,24 @@ class RunConfig:
 
 
 def _split_pattern(pat: str) -> tuple[str, str | None]:
-    """``op[/config][@backend]`` -> (``op/config`` glob, backend or None)."""
+    """``op[/config][@backend[:kernel]]`` -> (``op/config`` glob, ``backend`` or
+    ``backend:kernel`` or None)."""
     at, depth = -1, 0  # the last "@" outside brackets ("[@]" matches a literal @)
     for i, ch in enumerate(pat):
         depth = 1 if ch == "[" else 0 if ch == "]" else depth
         if ch == "@" and not depth:
             at = i
-    case_pat, backend = (pat[:at], pat[at + 1 :]) if at >= 0 else (pat, "")
-    if at >= 0 and backend not in BACKENDS:
-        raise UsageError(f"--only {pat!r}: unknown backend {backend!r} (backends: {', '.join(BACKENDS)})")
-    return (case_pat if "/" in case_pat else f"{case_pat}/*"), (backend or None)
+    case_pat, column = (pat[:at], pat[at + 1 :]) if at >= 0 else (pat, "")
+    backend, colon, kernel = column.partition(":")  # @cuda:mma: the case of a forced kernel
+    if at >= 0 and (backend not in BACKENDS or (colon and not kernel)):
+        raise UsageError(f"--only {pat!r}: unknown backend {column!r} (backends: {', '.join(BACKENDS)}, "
+                         "each maybe with :<kernel>)")
+    return (case_pat if "/" in case_pat else f"{case_pat}/*"), (column or None)
+
+
+def _matches(c: Case, full: str, column: str | None) -> bool:
+    """``@cuda`` matches every cuda case, forced kernels included; ``@cuda:K`` the case of K."""
+    return fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and column in (None, c.backend, c.column)
 
 
 def select(
@@ -134,7 +142,8 @@ def select(
 
 
 def select_cases(cases: list[Case], only: Iterable[str] = ()) -> list[Case]:
-    """Keep the cases that some pattern of ``only`` matches, its ``@backend`` included.
+    """Keep the cases that some pattern of ``only`` matches, its ``@backend`` included
+    (``@cuda:K``: the case of forced kernel K only; ``@cuda``: every cuda case).
 
     Raises:
         UsageError: a pattern matches no case among the chosen backends.
@@ -143,12 +152,11 @@ def select_cases(cases: list[Case], only: Iterable[str] = ()) -> list[Case]:
     if not only:
         return cases
     pats = [(pat, *_split_pattern(pat)) for pat in only]
-    for pat, full, backend in pats:
-        if not any(fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and backend in (None, c.backend) for c in cases):
-            raise UsageError(f"--only {pat!r} matches no case on the chosen backends")
-    return [c for c in cases
-            if any(fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and backend in (None, c.backend)
-                   for _, full, backend in pats)]
+    for pat, full, column in pats:
+        if not any(_matches(c, full, column) for c in cases):
+            raise UsageError(f"--only {pat!r} matches no case on the chosen backends"
+                             + (" and kernels (--kernel)" if column and ":" in column else ""))
+    return [c for c in cases if any(_matches(c, full, column) for _, full, column in pats)]
 
 
 def literal_pattern(text: str) -> str:
