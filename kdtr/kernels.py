@@ -57,21 +57,20 @@ from typing import Any
 import numpy as np
 
 from . import limits
+from .ops import OPS, OpSpec, TensorSpec
 
 __all__ = [
-    "ABI_VERSION", "KernelError", "KernelLibraryError", "Outputs", "default_lib_path", "greedy_step", "has_cuda",
-    "load", "tree_accept", "tree_build", "verify_attn",
+    "ABI_VERSION", "KernelError", "KernelLibraryError", "Outputs", "abi_fields", "abi_struct", "default_lib_path",
+    "describe", "greedy_step", "has_cuda", "load", "tree_accept", "tree_build", "verify_attn",
 ]
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # Return codes (kdtr_kernels.h).
 OK, ERR_INVALID_ARGUMENT, ERR_NOT_SUPPORTED, ERR_NO_CUDA, ERR_CUDA, ERR_OUT_OF_MEMORY, ERR_INTERNAL = range(7)
 _CODE_NAMES = {1: "invalid argument", 2: "not supported", 3: "not built with CUDA", 4: "CUDA error",
                5: "out of memory", 6: "internal error"}
 
-_TREE_BUILD_KERNELS = {"auto": 0, "heap": 1, "select": 2}
-_VERIFY_ATTN_KERNELS = {"auto": 0, "simt": 1, "mma": 2, "wgmma": 3}
 _DTYPE_F32, _DTYPE_BF16 = 0, 1
 _MAX_BUDGET = 2**31 - 2
 
@@ -97,46 +96,58 @@ class Outputs(dict):
 
 
 # ---------------------------------------------------------------------------------------
-# The C structs (same order and types as kdtr_kernels.h; sizes checked at load)
+# The C structs, derived from the op specs (kdtr.ops.OPS) by the rule of
+# cuda_tests/include/kdtr_abi.h (docs/binaries.md, "The op signature"); checked at load
+# against the library's kdtr_params_size and, in the tests, against kdtr_describe and
+# every binary's --describe.
 # ---------------------------------------------------------------------------------------
 
-_p = ctypes.c_void_p
-_i64 = ctypes.c_int64
-_i32 = ctypes.c_int32
+_C_ELEM = {"f32": "float", "bf16": "uint16_t", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t"}
+_C_VALUE = {"float": ctypes.c_float, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
+            "const char*": ctypes.c_char_p}
 
 
-class _TreeBuildParams(ctypes.Structure):
-    _fields_ = [(n, _p) for n in ("top_log_probs", "top_token_ids", "root_token_ids", "budget", "depth_limit",
-                                  "node_count", "node_token_ids", "node_depths", "parents", "next_token",
-                                  "next_sibling", "visibility", "status", "heap_fallback")] + \
-               [(n, _i64) for n in ("B", "D", "K", "N")] + [("kernel", _i32), ("kernel_ran", _i32)]
+def abi_fields(spec: OpSpec) -> list[tuple[str, str]]:
+    """The fields of ``spec``'s C parameter struct, in order: (name, C type), e.g.
+    ``("top_log_probs", "const float*")``, ``("B", "int64_t")``.
+
+    The rule: a pointer per input tensor of rank >= 1 in spec order (``const T*``, or
+    ``const void*`` for an input of several dtypes); a pointer per output in spec order
+    (``T*``, named with '.' -> '_'); a pointer per ``abi_buffers`` entry; each scalar input
+    that is not in ``abi_dims`` as a value of its dtype; each of ``abi_dims`` as
+    ``int64_t``; ``int32_t dtype`` where an input takes several dtypes (the index in its
+    ``a|b`` list); where the op has kernels, ``int32_t kernel`` (0 auto, k + 1 =
+    ``kernels[k]``) and ``const char* kernel_ran``."""
+
+    def elem(s: TensorSpec) -> str:
+        return "void" if len(s.dtypes) > 1 else _C_ELEM[s.dtype]
+
+    f = [(s.name, f"const {elem(s)}*") for s in spec.inputs if s.dims]
+    f += [(s.name.replace(".", "_"), f"{elem(s)}*") for s in spec.outputs]
+    f += [(s.name, f"{elem(s)}*") for s in spec.abi_buffers]
+    f += [(s.name, _C_ELEM[s.dtype]) for s in spec.inputs if not s.dims and s.name not in spec.abi_dims]
+    f += [(d, "int64_t") for d in spec.abi_dims]
+    if any(len(s.dtypes) > 1 for s in spec.inputs):
+        f.append(("dtype", "int32_t"))
+    if spec.kernels:
+        f += [("kernel", "int32_t"), ("kernel_ran", "const char*")]
+    return f
 
 
-class _VerifyAttnParams(ctypes.Structure):
-    _fields_ = [(n, _p) for n in ("q", "kv_cache", "prefix_len", "tree_len", "visibility", "out", "lse")] + \
-               [(n, _i64) for n in ("B", "T", "H", "S", "Dqk", "d_v")] + \
-               [("sm_scale", ctypes.c_float), ("dtype", _i32), ("kernel", _i32), ("reserved", _i32),
-                ("kernel_ran", ctypes.c_char_p)]
+def abi_struct(spec: OpSpec) -> type[ctypes.Structure]:
+    """A ctypes.Structure of :func:`abi_fields` (pointers as c_void_p, natural alignment)."""
+    fields = [(n, ctypes.c_void_p if t.endswith("*") and t != "const char*" else _C_VALUE[t])
+              for n, t in abi_fields(spec)]
+    return type(f"kdtr_{spec.name}_params", (ctypes.Structure,), {"_fields_": fields})
 
 
-class _TreeAcceptParams(ctypes.Structure):
-    _fields_ = [(n, _p) for n in ("node_token_ids", "next_token", "next_sibling", "node_count", "target_predict",
-                                  "accepted_count", "accepted_path", "proposed", "status")] + \
-               [(n, _i64) for n in ("B", "T")]
-
-
-class _GreedyStepParams(ctypes.Structure):
-    _fields_ = [(n, _p) for n in ("top_log_probs", "top_token_ids", "root_token_ids", "budget", "depth_limit", "q",
-                                  "kv_cache", "prefix_len", "target_predict", "node_count", "node_token_ids",
-                                  "node_depths", "parents", "next_token", "next_sibling", "visibility",
-                                  "build_status", "out", "lse", "accepted_count", "accepted_path", "proposed",
-                                  "accept_status", "tree_len")] + \
-               [(n, _i64) for n in ("B", "D", "K", "N", "H", "S", "Dqk", "d_v")] + \
-               [("sm_scale", ctypes.c_float), ("dtype", _i32), ("attn_kernel_ran", ctypes.c_char_p)]
-
-
-_STRUCTS = {"tree_build": _TreeBuildParams, "verify_attn": _VerifyAttnParams,
-            "tree_accept": _TreeAcceptParams, "greedy_step": _GreedyStepParams}
+_STRUCTS = {name: abi_struct(spec) for name, spec in OPS.items()}
+_TreeBuildParams = _STRUCTS["tree_build"]
+_VerifyAttnParams = _STRUCTS["verify_attn"]
+_TreeAcceptParams = _STRUCTS["tree_accept"]
+_GreedyStepParams = _STRUCTS["greedy_step"]
+_TREE_BUILD_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["tree_build"].kernels)}}
+_VERIFY_ATTN_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["verify_attn"].kernels)}}
 
 # ---------------------------------------------------------------------------------------
 # Loading
@@ -181,6 +192,8 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
             lib.kdtr_has_cuda.restype = ctypes.c_int
             lib.kdtr_params_size.restype = ctypes.c_int64
             lib.kdtr_params_size.argtypes = [ctypes.c_char_p]
+            lib.kdtr_describe.restype = ctypes.c_char_p
+            lib.kdtr_describe.argtypes = [ctypes.c_char_p]
             lib.kdtr_last_error.restype = ctypes.c_char_p
             for op, struct in _STRUCTS.items():
                 for backend in ("cpu", "cuda"):
@@ -200,6 +213,22 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
                                          f"{ctypes.sizeof(struct)} (rebuild with `make lib`)")
         _loaded[key] = lib
         return lib
+
+
+def describe(op: str, path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The library's view of ``op``'s parameter struct (``kdtr_describe``; the same JSON as
+    ``kdtr_<op> --describe``): ``{"op", "struct", "size", "align", "fields": [{"name",
+    "type", "offset", "size"}, ...], "kernels": [...]}``.
+
+    Raises:
+        ValueError: the library does not know ``op``.
+        KernelLibraryError: as :func:`load`."""
+    import json
+
+    text = load(path).kdtr_describe(op.encode())
+    if not text:
+        raise ValueError(f"libkdtr_kernels.so has no op {op!r}")
+    return json.loads(text.decode())
 
 
 def has_cuda(path: str | os.PathLike | None = None) -> bool:
@@ -481,8 +510,7 @@ def tree_build(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budg
     p.B, p.D, p.K, p.N = c.dims["B"], c.dims["D"], c.dims["K"], N
     p.kernel = _TREE_BUILD_KERNELS[kernel]
     c.run(L, p)
-    name = "select" if p.kernel_ran == 2 else "heap"
-    out.kernel = name if c.device == "cuda" else f"cpu_{name}"
+    out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
     return out
 
 
@@ -605,13 +633,8 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     out["tree_accept.proposed"] = c.output("i64", ["B", "T"])
     out["tree_accept.status"] = c.output("i32", ["B"])
     tree_len = c.output("i32", ["B"])
-    for name, _, _ in _TREE_BUILD_OUT:
-        setattr(p, "build_status" if name == "status" else name, c.ptr(out[f"tree_build.{name}"]))
-    p.out, p.lse = c.ptr(out["verify_attn.out"]), c.ptr(out["verify_attn.lse"])
-    p.accepted_count = c.ptr(out["tree_accept.accepted_count"])
-    p.accepted_path = c.ptr(out["tree_accept.accepted_path"])
-    p.proposed = c.ptr(out["tree_accept.proposed"])
-    p.accept_status = c.ptr(out["tree_accept.status"])
+    for name, arr in out.items():
+        setattr(p, name.replace(".", "_"), c.ptr(arr))
     p.tree_len = c.ptr(tree_len)
     for d in ("B", "D", "K", "H", "S", "Dqk", "d_v"):
         setattr(p, d, c.dims[d])
@@ -619,6 +642,6 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     p.sm_scale = scale
     p.dtype = _DTYPE_BF16 if dt == "bf16" else _DTYPE_F32
     c.run(L, p)
-    out.kernel = p.attn_kernel_ran.decode() if p.attn_kernel_ran else None
+    out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
     c.keep.append(tree_len)
     return out

@@ -6,6 +6,8 @@ clear errors."""
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 
 from kdtr import kernels
+from kdtr.ops import OPS as SPECS
 from kdtr.testing import assert_conforms, goldens
 
 from conftest import REPO_ROOT
@@ -44,6 +47,48 @@ def lib():
         return kernels.load()
     except kernels.KernelLibraryError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------
+# One op signature: each binary's and the library's view of every op's parameter struct
+# is the layout derived from the spec (kdtr_abi.h's rule, kernels.abi_fields)
+# ---------------------------------------------------------------------------------------
+
+BIN_DIR = Path(os.environ.get("KDTR_BIN_DIR", REPO_ROOT / "build" / "bin"))
+
+
+def spec_layout(op):
+    """The layout of op's struct by the spec: what --describe and kdtr_describe must say."""
+    struct = kernels.abi_struct(SPECS[op])
+    fields = [{"name": n, "type": ty, "offset": getattr(struct, n).offset, "size": getattr(struct, n).size}
+              for n, ty in kernels.abi_fields(SPECS[op])]
+    return {"op": op, "struct": f"kdtr_{op}_params", "size": ctypes.sizeof(struct),
+            "align": ctypes.alignment(struct), "fields": fields, "kernels": list(SPECS[op].kernels)}
+
+
+def test_the_spec_rule_gives_the_documented_order():
+    names = [n for n, _ in kernels.abi_fields(SPECS["verify_attn"])]
+    assert names == ["q", "kv_cache", "prefix_len", "tree_len", "visibility", "out", "lse", "sm_scale",
+                     "B", "T", "H", "S", "Dqk", "d_v", "dtype", "kernel", "kernel_ran"]
+    assert dict(kernels.abi_fields(SPECS["tree_build"]))["top_log_probs"] == "const float*"
+    assert dict(kernels.abi_fields(SPECS["greedy_step"]))["tree_build_status"] == "int32_t*"
+    assert "kernel" not in dict(kernels.abi_fields(SPECS["tree_accept"]))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_each_binary_describes_the_spec_layout(op):
+    binary = BIN_DIR / f"kdtr_{op}"
+    if not binary.is_file():
+        pytest.fail(f"{binary} is missing: run `make` first", pytrace=False)
+    r = subprocess.run([str(binary), "--describe"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert json.loads(r.stdout) == spec_layout(op)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_library_describes_the_spec_layout(lib, op):
+    assert kernels.describe(op) == spec_layout(op)
+    assert lib.kdtr_describe(b"nope") == b""
 
 
 # ---------------------------------------------------------------------------------------

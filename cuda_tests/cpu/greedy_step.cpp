@@ -10,7 +10,7 @@ namespace cpu {
 
 void greedy_step_tree_len(const GreedyStepTreeLenParams& p) { greedy_step_tree_len_cpu(p); }
 
-void greedy_step(const GreedyStepParams& c) {
+void greedy_step(const GreedyStepStages& c) {
   tree_build(c.build);
   greedy_step_tree_len(c.tree_len);
   verify_attn(c.attn);

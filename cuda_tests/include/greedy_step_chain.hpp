@@ -21,10 +21,10 @@ constexpr const char* kTreeLen = "tree_len";
 // greedy_step: tree_build -> verify_attn -> tree_accept, with the wired inputs of each.
 const std::vector<Link>& greedy_step_chain();
 
-// The four structs of the chain (GreedyStepParams, greedy_step_params.h), wired as
+// The four structs of the chain (GreedyStepStages, greedy_step_params.h), wired as
 // greedy_step_chain() says.  `s` holds the inputs and the prefixed outputs; tree_len is
 // the chain's [B] buffer.
-GreedyStepParams greedy_step_params(Slots s, int32_t* tree_len, float sm_scale);
+GreedyStepStages greedy_step_params(Slots s, int32_t* tree_len, float sm_scale);
 
 }  // namespace ops
 }  // namespace kdtr

@@ -100,12 +100,13 @@ struct Args {
   }
 
   // Parse argv.  Bad arguments -> die(EXIT_USAGE).  "--help"/"-h" prints usage to stdout
-  // and exits 0.  `extra_options` names additional value options (without "--") that
+  // (and, where the op gives `describe`, a line on --describe) and exits 0; "--describe"
+  // prints `describe` (the op's parameter struct as JSON, kdtr_describe.hpp) and exits 0.  `extra_options` names additional value options (without "--") that
   // an op accepts; their values land in `extra`.  With --batch, --input and --output may
   // repeat: the k-th --input pairs with the k-th --output (`items`); `input`/`output`
   // hold the first pair.  Every output must differ from every input and from each other.
   static Args parse(int argc, char** argv, const std::string& prog,
-                    const std::vector<std::string>& extra_options = {}) {
+                    const std::vector<std::string>& extra_options = {}, const std::string& describe = "") {
     Args a;
     a.prog = prog;
     const std::set<std::string> extras(extra_options.begin(), extra_options.end());
@@ -119,6 +120,14 @@ struct Args {
       std::string arg = argv[i];
       if (arg == "--help" || arg == "-h") {
         std::printf("%s\n", usage(prog, extra_options).c_str());
+        if (!describe.empty())
+          std::printf("       %s --describe  (the op's parameter struct as JSON: fields, offsets, kernels)\n",
+                      prog.c_str());
+        std::fflush(stdout);
+        std::exit(EXIT_OK);
+      }
+      if (arg == "--describe" && !describe.empty()) {
+        std::printf("%s\n", describe.c_str());
         std::fflush(stdout);
         std::exit(EXIT_OK);
       }
@@ -205,7 +214,7 @@ constexpr const char* kBatchTag = "@kdtr-batch";
 
 template <class Body>
 int run_main(int argc, char** argv, const std::string& prog, Body&& body,
-             const std::vector<std::string>& extra_options = {}) {
+             const std::vector<std::string>& extra_options = {}, const std::string& describe = "") {
   std::string message;
   auto report = [&](int code, const std::string& msg) {
     std::fflush(stdout);
@@ -236,7 +245,7 @@ int run_main(int argc, char** argv, const std::string& prog, Body&& body,
   };
   Args args;
   const int parsed = guarded([&] {
-    args = Args::parse(argc, argv, prog, extra_options);
+    args = Args::parse(argc, argv, prog, extra_options, describe);
     return EXIT_OK;
   });
   if (parsed != EXIT_OK) return parsed;

@@ -87,66 +87,36 @@ void run_cuda(const cli::Args& args, const Device& dev, const Outputs& host_out,
 }
 
 // tree_build's build kernel for `want` (TREE_BUILD_KERNEL_AUTO, _HEAP or _SELECT) on
-// `device`, with its shared memory for p.N and p.D raised: AUTO is the select kernel
-// where its shared memory fits, else the heap kernel.  Exit 3 ("backend cuda not supported:
-// <who>N = ...") when the chosen (or forced) kernel needs more than the device allows.
-// Returns the kernel to put in TreeBuildParams::kernel.
+// `device`, configured: the launcher's policy (tree_build_choose).  Exit 3 ("backend cuda
+// not supported: <who>N = ...") when the chosen (or forced) kernel needs more shared memory
+// than the device allows.  Returns the kernel to put in TreeBuildParams::kernel.
 inline int32_t configure_tree_build(const TreeBuildParams& p, int32_t want, int device, const std::string& who) {
-  auto fits = [&](int32_t k, size_t* need, size_t* have) {
-    *need = tree_build_smem_bytes(p.N, p.D, p.K, k);
-    KDTR_CUDA_CHECK(tree_build_smem_available(device, k, have));
-    return *need <= *have;
-  };
-  size_t need = 0, have = 0;
-  int32_t k = want == TREE_BUILD_KERNEL_HEAP ? TREE_BUILD_KERNEL_HEAP : TREE_BUILD_KERNEL_SELECT;
-  if (!fits(k, &need, &have) && want == TREE_BUILD_KERNEL_AUTO) {
-    k = TREE_BUILD_KERNEL_HEAP;
-    fits(k, &need, &have);
-  }
-  if (need > have)
-    cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: " + who + "N = " + std::to_string(p.N) +
-                                          ", D = " + std::to_string(p.D) + ": the " +
-                                          (k == TREE_BUILD_KERNEL_HEAP ? "heap" : "select") + " kernel needs " +
-                                          std::to_string(need) + " bytes of shared memory per block, device " +
-                                          std::to_string(device) + " allows " + std::to_string(have));
-  KDTR_CUDA_CHECK(tree_build_configure(k, need));
+  TreeBuildParams q = p;
+  q.kernel = want;
+  int32_t k = want;
+  std::string why;
+  const cudaError_t err = tree_build_choose(q, device, &k, &why);
+  if (err == cudaErrorNotSupported) cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: " + who + why);
+  KDTR_CUDA_CHECK(err);
   return k;
 }
 
 // verify_attn's kernel for the --kernel value `kernel` (verify_attn_kernel_option) on
-// `device`, configured (its shared-memory limit raised).  Where the forced kernel (or,
-// for auto, every kernel) does not apply: exit 3, "backend cuda not supported: <who>"
-// and what the kernel needs against what it got.
+// `device`, configured: the launcher's policy (verify_attn_choose).  Where the forced
+// kernel (or, for auto, every kernel) does not apply: exit 3, "backend cuda not supported:
+// <who>" and what the kernel needs against what it got.
 inline VerifyAttnPlan plan_verify_attn(const VerifyAttnProblem& p, const std::string& kernel, int device,
                                        const std::string& who) {
-  const VerifyAttnKernel requested = kernel == "simt"    ? VerifyAttnKernel::Simt
-                                     : kernel == "mma"   ? VerifyAttnKernel::Mma
-                                     : kernel == "wgmma" ? VerifyAttnKernel::Wgmma
-                                                         : VerifyAttnKernel::Auto;
+  VerifyAttnProblem q = p;
+  q.kernel = kernel == "simt"    ? KDTR_VERIFY_ATTN_SIMT
+             : kernel == "mma"   ? KDTR_VERIFY_ATTN_MMA
+             : kernel == "wgmma" ? KDTR_VERIFY_ATTN_WGMMA
+                                 : KDTR_VERIFY_ATTN_AUTO;
   VerifyAttnPlan plan;
-  const cudaError_t perr = verify_attn_plan(p, requested, device, &plan);
-  if (perr == cudaErrorNotSupported) {
-    const std::string got = std::string(p.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " +
-                            std::to_string(p.Dqk) + ", d_v " + std::to_string(p.d_v);
-    std::string why;
-    if (requested == VerifyAttnKernel::Wgmma) {
-      int major = 0, minor = 0;
-      KDTR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      KDTR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-      why = "--kernel wgmma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512, enough shared memory, a "
-            "compute capability 9.0 device and a build with the Hopper kernel (got " + got +
-            ", compute capability " + std::to_string(major) + "." + std::to_string(minor) + ", a build " +
-            (verify_attn_have_wgmma() ? "with" : "without") + " it)";
-    } else if (requested == VerifyAttnKernel::Mma) {
-      why = "--kernel mma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and enough shared memory (got " +
-            got + ")";
-    } else {
-      why = "verify_attn has no kernel for " + got;
-    }
-    cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: " + who + why);
-  }
-  KDTR_CUDA_CHECK(perr);
-  KDTR_CUDA_CHECK(verify_attn_configure(plan));
+  std::string why;
+  const cudaError_t err = verify_attn_choose(q, device, &plan, &why);
+  if (err == cudaErrorNotSupported) cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: " + who + why);
+  KDTR_CUDA_CHECK(err);
   return plan;
 }
 

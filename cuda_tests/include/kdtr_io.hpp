@@ -329,7 +329,7 @@ class Slots {
 // Inputs are "input.<name>"; outputs are `out` + "<name>" ("" or "<op>." in a chain); the
 // field's type says the element type (Slots::bind checks the item size).
 inline TreeBuildParams tree_build_params(const Slots& s, const std::string& out = "") {
-  TreeBuildParams p;
+  TreeBuildParams p{};
   s.bind(p.top_log_probs, "input.top_log_probs").bind(p.top_token_ids, "input.top_token_ids");
   s.bind(p.root_token_ids, "input.root_token_ids").bind(p.budget, "input.budget");
   s.bind(p.depth_limit, "input.depth_limit").bind(p.node_count, out + "node_count");
@@ -342,8 +342,8 @@ inline TreeBuildParams tree_build_params(const Slots& s, const std::string& out 
 
 // sm_scale is a value (the host's input.sm_scale), not a pointer.
 inline VerifyAttnProblem verify_attn_params(const Slots& s, float sm_scale, const std::string& out = "") {
-  VerifyAttnProblem p;
-  p.input = s.dtype("input.q") == DType::BF16 ? VerifyAttnInput::BF16 : VerifyAttnInput::F32;
+  VerifyAttnProblem p{};
+  p.dtype = s.dtype("input.q") == DType::BF16 ? KDTR_DTYPE_BF16 : KDTR_DTYPE_F32;
   p.q = s.raw("input.q");
   p.kv_cache = s.raw("input.kv_cache");
   s.bind(p.prefix_len, "input.prefix_len").bind(p.tree_len, "input.tree_len");
@@ -368,7 +368,7 @@ inline std::string verify_attn_kernel_option(const cli::Args& args, const std::s
 }
 
 inline TreeAcceptParams tree_accept_params(const Slots& s, const std::string& out = "") {
-  TreeAcceptParams p;
+  TreeAcceptParams p{};
   s.bind(p.node_token_ids, "input.node_token_ids").bind(p.next_token, "input.next_token");
   s.bind(p.next_sibling, "input.next_sibling").bind(p.node_count, "input.node_count");
   s.bind(p.target_predict, "input.target_predict").bind(p.accepted_count, out + "accepted_count");

@@ -34,11 +34,16 @@
 
 #include <stdint.h>
 
+#include "greedy_step_params.h"
+#include "tree_accept_params.h"
+#include "tree_build_params.h"
+#include "verify_attn_params.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define KDTR_ABI_VERSION 1
+#define KDTR_ABI_VERSION 2
 
 #if defined(_WIN32)
 #define KDTR_API
@@ -57,125 +62,29 @@ enum {
   KDTR_ERR_INTERNAL = 6          /* anything else (a C++ exception) */
 };
 
-/* verify_attn / greedy_step: the dtype of q and kv_cache. */
-enum { KDTR_DTYPE_F32 = 0, KDTR_DTYPE_BF16 = 1 };
-
-/* tree_build: the build (docs/ops/tree_build.md); same outputs either way. */
-enum { KDTR_TREE_BUILD_AUTO = 0, KDTR_TREE_BUILD_HEAP = 1, KDTR_TREE_BUILD_SELECT = 2 };
-
-/* verify_attn: the CUDA kernel (the CPU entry takes AUTO only).  WGMMA: the Hopper kernel
- * (compute capability 9.0, a library built with it: CUDA_ARCH holding 90 and the CUTLASS
- * headers found, docs/binaries.md); KDTR_ERR_NOT_SUPPORTED elsewhere.  (A value added
- * without a struct or entry change: KDTR_ABI_VERSION stays 1.) */
-enum { KDTR_VERIFY_ATTN_AUTO = 0, KDTR_VERIFY_ATTN_SIMT = 1, KDTR_VERIFY_ATTN_MMA = 2, KDTR_VERIFY_ATTN_WGMMA = 3 };
-
-/* tree_build: top_log_probs f32 [B,D,K], top_token_ids i64 [B,D,K], root_token_ids i64
- * [B], budget i32 [B], depth_limit i32 [B]; N = max_budget, T = N + 1; outputs node_count
- * i32 [B], node_token_ids i64 [B,T], node_depths / parents / next_token / next_sibling i32
- * [B,T], visibility u8 [B,T,T], status i32 [B].  kernel: KDTR_TREE_BUILD_* (CUDA AUTO:
- * select where its shared memory fits, else heap; CPU AUTO: heap).  kernel_ran (out): the
- * build that ran, HEAP or SELECT.  heap_fallback (optional, may be NULL): u8 [B], 1 where
- * the select build handed a valid request to the heap build. */
-typedef struct kdtr_tree_build_params {
-  const float* top_log_probs;
-  const int64_t* top_token_ids;
-  const int64_t* root_token_ids;
-  const int32_t* budget;
-  const int32_t* depth_limit;
-  int32_t* node_count;
-  int64_t* node_token_ids;
-  int32_t* node_depths;
-  int32_t* parents;
-  int32_t* next_token;
-  int32_t* next_sibling;
-  uint8_t* visibility;
-  int32_t* status;
-  uint8_t* heap_fallback;
-  int64_t B, D, K, N;
-  int32_t kernel;
-  int32_t kernel_ran;
-} kdtr_tree_build_params;
-
-/* verify_attn: q [B,T,H,Dqk] and kv_cache [B,S,Dqk] (f32, or bf16 as uint16 bits; dtype
- * KDTR_DTYPE_*), prefix_len / tree_len i32 [B], visibility u8 [B,T,T]; outputs out f32
- * [B,T,H,d_v], lse f32 [B,T,H].  kernel: KDTR_VERIFY_ATTN_* (CUDA; AUTO: wgmma for
- * Dqk > 256 where it applies, else mma where it applies, else simt).  kernel_ran (out):
- * the instance that ran ("cpu_f64", "simt_...", "mma_...", "wgmma_..."), a static string. */
-typedef struct kdtr_verify_attn_params {
-  const void* q;
-  const void* kv_cache;
-  const int32_t* prefix_len;
-  const int32_t* tree_len;
-  const uint8_t* visibility;
-  float* out;
-  float* lse;
-  int64_t B, T, H, S, Dqk, d_v;
-  float sm_scale;
-  int32_t dtype;
-  int32_t kernel;
-  int32_t reserved; /* 0 */
-  const char* kernel_ran;
-} kdtr_verify_attn_params;
-
-/* tree_accept: node_token_ids i64 [B,T], next_token / next_sibling i32 [B,T], node_count
- * i32 [B], target_predict i64 [B,T]; outputs accepted_count i32 [B], accepted_path i32
- * [B,T], proposed i64 [B,T], status i32 [B]. */
-typedef struct kdtr_tree_accept_params {
-  const int64_t* node_token_ids;
-  const int32_t* next_token;
-  const int32_t* next_sibling;
-  const int32_t* node_count;
-  const int64_t* target_predict;
-  int32_t* accepted_count;
-  int32_t* accepted_path;
-  int64_t* proposed;
-  int32_t* status;
-  int64_t B, T;
-} kdtr_tree_accept_params;
-
-/* greedy_step: tree_build -> verify_attn -> tree_accept (docs/ops/greedy_step.md).  Inputs:
- * tree_build's five, q / kv_cache / prefix_len of verify_attn, target_predict i64 [B,T] of
- * tree_accept, sm_scale, d_v, N = max_budget (T = N + 1).  Outputs: tree_build's (the
- * golden's tree_build.<name>; its status is build_status), verify_attn's out / lse, and
- * tree_accept's accepted_count / accepted_path / proposed / accept_status.  tree_len: i32
- * [B] workspace of the caller (memory of the entry's side), written node_count + 1.  The
- * CUDA entry enqueues the four launches on `stream` with nothing on the host in between;
- * the builds and the attention kernel are chosen as AUTO. */
-typedef struct kdtr_greedy_step_params {
-  const float* top_log_probs;
-  const int64_t* top_token_ids;
-  const int64_t* root_token_ids;
-  const int32_t* budget;
-  const int32_t* depth_limit;
-  const void* q;
-  const void* kv_cache;
-  const int32_t* prefix_len;
-  const int64_t* target_predict;
-  int32_t* node_count;
-  int64_t* node_token_ids;
-  int32_t* node_depths;
-  int32_t* parents;
-  int32_t* next_token;
-  int32_t* next_sibling;
-  uint8_t* visibility;
-  int32_t* build_status;
-  float* out;
-  float* lse;
-  int32_t* accepted_count;
-  int32_t* accepted_path;
-  int64_t* proposed;
-  int32_t* accept_status;
-  int32_t* tree_len;
-  int64_t B, D, K, N, H, S, Dqk, d_v;
-  float sm_scale;
-  int32_t dtype;
-  const char* attn_kernel_ran; /* out, as verify_attn's kernel_ran */
-} kdtr_greedy_step_params;
-
+/* The parameter structs, one per op (kdtr_tree_build_params, kdtr_verify_attn_params,
+ * kdtr_tree_accept_params, kdtr_greedy_step_params), their kernel and dtype codes
+ * (KDTR_TREE_BUILD_*, KDTR_VERIFY_ATTN_*, KDTR_DTYPE_*): <op>_params.h, laid out by the
+ * rule of kdtr_abi.h from the op's spec.  tree_build: kernel AUTO on CUDA is select where
+ * its shared memory fits, else heap; on the CPU heap; kernel_ran (out) names the build
+ * that ran ("heap", "select", "cpu_heap", "cpu_select"); heap_fallback (may be NULL):
+ * u8 [B], 1 where the select build handed a valid request to the heap build.
+ * verify_attn: kernel (CUDA; the CPU entry takes AUTO only; AUTO: wgmma for Dqk > 256
+ * where it applies, else mma where it applies, else simt; WGMMA needs compute capability
+ * 9.0 and a library built with it), kernel_ran (out): the instance that ran ("cpu_f64",
+ * "simt_...", "mma_...", "wgmma_..."), a static string.  greedy_step: tree_build's
+ * outputs tree_build_*, verify_attn's verify_attn_*, tree_accept's tree_accept_*;
+ * tree_len: i32 [B] workspace of the caller (memory of the entry's side), written
+ * node_count + 1; kernel / kernel_ran as verify_attn's (its attention stage); the CUDA
+ * entry enqueues the four launches on `stream` with nothing on the host in between. */
 KDTR_API int kdtr_abi_version(void);
 KDTR_API int kdtr_has_cuda(void);
 /* sizeof the params struct of `op` ("tree_build", ...), 0 for another name. */
 KDTR_API int64_t kdtr_params_size(const char* op);
+/* The layout of `op`'s params struct as JSON, as `kdtr_<op> --describe` prints it (name,
+ * C type, offset and size of every field, the op's kernels); "" for another name.  A
+ * string owned by the library, valid in the calling thread until its next call. */
+KDTR_API const char* kdtr_describe(const char* op);
 /* The message of the calling thread's last failed call ("" after a success). */
 KDTR_API const char* kdtr_last_error(void);
 

@@ -1,27 +1,36 @@
-// tree_accept_params.h -- the parameters of one tree_accept call (TreeAcceptParams) and
-// its CPU entry (cuda_tests/cpu/tree_accept.cpp), without the op's core
-// (kernels/tree_accept.cuh).
-#pragma once
+/* tree_accept_params.h -- the parameters of one tree_accept call (kdtr_tree_accept_params,
+ * C++: kdtr::TreeAcceptParams) and its CPU entry (cuda_tests/cpu/tree_accept.cpp), laid
+ * out by the rule of kdtr_abi.h from the spec kdtr/ops/tree_accept.py.  Names as in
+ * docs/ops/tree_accept.md; row-major tensors; host or device pointers as the callee needs.
+ */
+#ifndef KDTR_TREE_ACCEPT_PARAMS_H
+#define KDTR_TREE_ACCEPT_PARAMS_H
 
-#include <cstdint>
+#include <stdint.h>
 
+#include "kdtr_abi.h"
+
+#define KDTR_TREE_ACCEPT_PARAMS_FIELDS(X)                \
+  X(const int64_t*, node_token_ids) /* i64 [B,T] */      \
+  X(const int32_t*, next_token)     /* i32 [B,T] */      \
+  X(const int32_t*, next_sibling)   /* i32 [B,T] */      \
+  X(const int32_t*, node_count)     /* i32 [B] */        \
+  X(const int64_t*, target_predict) /* i64 [B,T] */      \
+  X(int32_t*, accepted_count)       /* i32 [B] */        \
+  X(int32_t*, accepted_path)        /* i32 [B,T] */      \
+  X(int64_t*, proposed)             /* i64 [B,T] */      \
+  X(int32_t*, status)               /* i32 [B] */        \
+  X(int64_t, B)                                          \
+  X(int64_t, T)
+
+typedef struct kdtr_tree_accept_params {
+  KDTR_TREE_ACCEPT_PARAMS_FIELDS(KDTR_ABI_DECLARE)
+} kdtr_tree_accept_params;
+
+#ifdef __cplusplus
 namespace kdtr {
 
-// One tree_accept call (the CPU backend's tree_accept_cpu and the CUDA launcher
-// launch_tree_accept take the same struct; host or device pointers accordingly).  Names
-// as in docs/ops/tree_accept.md; row-major tensors.
-struct TreeAcceptParams {
-  const int64_t* node_token_ids = nullptr;  // i64 [B,T]
-  const int32_t* next_token = nullptr;      // i32 [B,T]
-  const int32_t* next_sibling = nullptr;    // i32 [B,T]
-  const int32_t* node_count = nullptr;      // i32 [B]
-  const int64_t* target_predict = nullptr;  // i64 [B,T]
-  int32_t* accepted_count = nullptr;        // i32 [B]
-  int32_t* accepted_path = nullptr;         // i32 [B,T]
-  int64_t* proposed = nullptr;              // i64 [B,T]
-  int32_t* status = nullptr;                // i32 [B]
-  int64_t B = 0, T = 0;
-};
+using TreeAcceptParams = ::kdtr_tree_accept_params;
 
 namespace cpu {
 
@@ -30,3 +39,6 @@ void tree_accept(const TreeAcceptParams& p);
 
 }  // namespace cpu
 }  // namespace kdtr
+#endif
+
+#endif /* KDTR_TREE_ACCEPT_PARAMS_H */

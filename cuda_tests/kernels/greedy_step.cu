@@ -17,8 +17,10 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
-    greedy_step_tree_len_kernel(const int32_t* __restrict__ node_count, int64_t B, int64_t T,
-                                int32_t* __restrict__ tree_len) {
+    greedy_step_tree_len_kernel(const __grid_constant__ GreedyStepTreeLenParams prm) {
+  const int32_t* __restrict__ node_count = prm.node_count;
+  int32_t* __restrict__ tree_len = prm.tree_len;
+  const int64_t B = prm.B, T = prm.T;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (b < B) tree_len[b] = greedy_step_tree_len(node_count[b], T);
 }
@@ -31,7 +33,7 @@ cudaError_t launch_greedy_step_tree_len(const GreedyStepTreeLenParams& p, cudaSt
   if (B == 0) return cudaSuccess;
   const int64_t blocks = (B + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
-  greedy_step_tree_len_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p.node_count, B, T, p.tree_len);
+  greedy_step_tree_len_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

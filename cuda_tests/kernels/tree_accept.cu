@@ -24,11 +24,17 @@ constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 4;
 
 __global__ void __launch_bounds__(kWarp * kWarpsPerBlock)
-    tree_accept_kernel(const int64_t* __restrict__ node_token_ids, const int32_t* __restrict__ next_token,
-                       const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ node_count,
-                       const int64_t* __restrict__ target_predict, int64_t B, int64_t T,
-                       int32_t* __restrict__ accepted_count, int32_t* __restrict__ accepted_path,
-                       int64_t* __restrict__ proposed, int32_t* __restrict__ status) {
+    tree_accept_kernel(const __grid_constant__ TreeAcceptParams prm) {
+  const int64_t* __restrict__ node_token_ids = prm.node_token_ids;
+  const int32_t* __restrict__ next_token = prm.next_token;
+  const int32_t* __restrict__ next_sibling = prm.next_sibling;
+  const int32_t* __restrict__ node_count = prm.node_count;
+  const int64_t* __restrict__ target_predict = prm.target_predict;
+  const int64_t B = prm.B, T = prm.T;
+  int32_t* __restrict__ accepted_count = prm.accepted_count;
+  int32_t* __restrict__ accepted_path = prm.accepted_path;
+  int64_t* __restrict__ proposed = prm.proposed;
+  int32_t* __restrict__ status = prm.status;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (b >= B) return;  // whole warps leave together: B is compared per warp
@@ -65,9 +71,7 @@ cudaError_t launch_tree_accept(const TreeAcceptParams& p, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
   const int64_t blocks = (B + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
-  tree_accept_kernel<<<static_cast<unsigned>(blocks), kWarp * kWarpsPerBlock, 0, stream>>>(
-      p.node_token_ids, p.next_token, p.next_sibling, p.node_count, p.target_predict, B, T, p.accepted_count,
-      p.accepted_path, p.proposed, p.status);
+  tree_accept_kernel<<<static_cast<unsigned>(blocks), kWarp * kWarpsPerBlock, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

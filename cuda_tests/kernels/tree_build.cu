@@ -136,14 +136,23 @@ __device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* paren
 
 template <int kThreads, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
-    tree_build_kernel(const float* __restrict__ top_log_probs, const int64_t* __restrict__ top_token_ids,
-                      const int64_t* __restrict__ root_token_ids, const int32_t* __restrict__ budget,
-                      const int32_t* __restrict__ depth_limit, int64_t D, int64_t K, int64_t N,
-                      int32_t* __restrict__ node_count, int64_t* __restrict__ node_token_ids,
-                      int32_t* __restrict__ node_depths, int32_t* __restrict__ parents,
-                      int32_t* __restrict__ next_token, int32_t* __restrict__ next_sibling,
-                      int32_t* __restrict__ status, uint8_t* __restrict__ heap_fallback,
-                      uint8_t* __restrict__ visibility, int32_t anc_len) {
+    tree_build_kernel(const __grid_constant__ TreeBuildParams prm, uint8_t* __restrict__ visibility, int32_t anc_len) {
+  // The op's struct by value (kernel parameter space); `visibility` is prm.visibility where
+  // this block writes the request's visibility too (T <= kFuseT), else nullptr.
+  const float* __restrict__ top_log_probs = prm.top_log_probs;
+  const int64_t* __restrict__ top_token_ids = prm.top_token_ids;
+  const int64_t* __restrict__ root_token_ids = prm.root_token_ids;
+  const int32_t* __restrict__ budget = prm.budget;
+  const int32_t* __restrict__ depth_limit = prm.depth_limit;
+  const int64_t D = prm.D, K = prm.K, N = prm.N;
+  int32_t* __restrict__ node_count = prm.node_count;
+  int64_t* __restrict__ node_token_ids = prm.node_token_ids;
+  int32_t* __restrict__ node_depths = prm.node_depths;
+  int32_t* __restrict__ parents = prm.parents;
+  int32_t* __restrict__ next_token = prm.next_token;
+  int32_t* __restrict__ next_sibling = prm.next_sibling;
+  int32_t* __restrict__ status = prm.status;
+  uint8_t* __restrict__ heap_fallback = prm.heap_fallback;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t s_defect;  // min over the checked elements of tree_build_check_item
   __shared__ int32_t s_count;   // node_count, from thread 0's heap build
@@ -286,8 +295,11 @@ __device__ inline void write_visibility_row(uint8_t* row, int64_t T, const int32
 // kernel wrote (launched before it on the same stream).  Each warp's buffer holds anc_len
 // = min(D, N) + 1 int32 (the longest root path).
 __global__ void __launch_bounds__(kVisThreads)
-    tree_build_visibility_kernel(const int32_t* __restrict__ node_count, const int32_t* __restrict__ parents,
-                                 uint8_t* __restrict__ visibility, int64_t B, int64_t T, int32_t anc_len) {
+    tree_build_visibility_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len) {
+  const int32_t* __restrict__ node_count = prm.node_count;
+  const int32_t* __restrict__ parents = prm.parents;
+  uint8_t* __restrict__ visibility = prm.visibility;
+  const int64_t B = prm.B, T = prm.N + 1;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   int32_t* anc = reinterpret_cast<int32_t*>(smem) + warp * anc_len;
@@ -375,6 +387,30 @@ cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
   return cudaSuccess;
 }
 
+cudaError_t tree_build_choose(const TreeBuildParams& p, int device, int32_t* kernel, std::string* why) {
+  size_t need = 0, have = 0;
+  auto fits = [&](int32_t k, cudaError_t* err) {
+    need = tree_build_smem_bytes(p.N, p.D, p.K, k);
+    *err = tree_build_smem_available(device, k, &have);
+    return need <= have;
+  };
+  cudaError_t err = cudaSuccess;
+  int32_t k = p.kernel == TREE_BUILD_KERNEL_HEAP ? TREE_BUILD_KERNEL_HEAP : TREE_BUILD_KERNEL_SELECT;
+  if (!fits(k, &err) && err == cudaSuccess && p.kernel == TREE_BUILD_KERNEL_AUTO) {
+    k = TREE_BUILD_KERNEL_HEAP;
+    fits(k, &err);
+  }
+  if (err != cudaSuccess) return err;
+  if (need > have) {
+    *why = "N = " + std::to_string(p.N) + ", D = " + std::to_string(p.D) + ": the " +
+           (k == TREE_BUILD_KERNEL_HEAP ? "heap" : "select") + " kernel needs " + std::to_string(need) +
+           " bytes of shared memory per block, device " + std::to_string(device) + " allows " + std::to_string(have);
+    return cudaErrorNotSupported;
+  }
+  *kernel = k;
+  return tree_build_configure(k, need);
+}
+
 cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   const int64_t B = p.B, D = p.D, K = p.K, N = p.N, T = N + 1;
   if (B < 0 || D < 0 || K < 0 || N < 0 || N > 0x7ffffffeLL || B > 0x7fffffffLL) return cudaErrorInvalidValue;
@@ -383,14 +419,11 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   const BuildLaunch l = build_launch(N, D, K, p.kernel);
   const int32_t anc_len = vis_anc_len(N, D);
   uint8_t* fused_visibility = l.fuse ? p.visibility : nullptr;
-  void* args[] = {const_cast<float**>(&p.top_log_probs), const_cast<int64_t**>(&p.top_token_ids),
-                  const_cast<int64_t**>(&p.root_token_ids), const_cast<int32_t**>(&p.budget),
-                  const_cast<int32_t**>(&p.depth_limit), const_cast<int64_t*>(&D), const_cast<int64_t*>(&K),
-                  const_cast<int64_t*>(&N), const_cast<int32_t**>(&p.node_count),
-                  const_cast<int64_t**>(&p.node_token_ids), const_cast<int32_t**>(&p.node_depths),
-                  const_cast<int32_t**>(&p.parents), const_cast<int32_t**>(&p.next_token),
-                  const_cast<int32_t**>(&p.next_sibling), const_cast<int32_t**>(&p.status),
-                  const_cast<uint8_t**>(&p.heap_fallback), &fused_visibility, const_cast<int32_t*>(&anc_len)};
+  // The build kernel's instance is chosen at run time (BuildLaunch::fn): cudaLaunchKernel
+  // with the kernel's three parameters, the struct by value first.
+  TreeBuildParams params = p;
+  int32_t anc = anc_len;
+  void* args[] = {&params, &fused_visibility, &anc};
   cudaError_t err = cudaLaunchKernel(l.fn, dim3(static_cast<unsigned>(B)), dim3(static_cast<unsigned>(l.threads)), args,
                                      l.smem, stream);
   if (err != cudaSuccess) return err;
@@ -399,8 +432,7 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   const int64_t want = (rows + kVisWarps - 1) / kVisWarps;
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
   const size_t vis_smem = sizeof(int32_t) * static_cast<size_t>(kVisWarps) * static_cast<size_t>(anc_len);
-  tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p.node_count, p.parents, p.visibility, B,
-                                                                          T, anc_len);
+  tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
   return cudaGetLastError();
 }
 

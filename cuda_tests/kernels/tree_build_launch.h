@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "tree_build_params.h"
 
@@ -40,6 +41,15 @@ cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes)
 // 48 KiB).  Call once per device before launch_tree_build; smem_bytes must not exceed
 // tree_build_smem_available().
 cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes);
+
+// The kernel-choice policy, the one of the binaries and libkdtr_kernels.so: the build
+// kernel for p.kernel on `device` (TREE_BUILD_KERNEL_AUTO: the select kernel where its
+// shared memory for p.N and p.D fits, else the heap kernel; HEAP or SELECT as forced),
+// configured (tree_build_configure), in *kernel.  Where the chosen kernel needs more
+// shared memory than the device allows it returns cudaErrorNotSupported and *why says so
+// ("N = 100000, D = 8: the heap kernel needs 4400044 bytes of shared memory per block,
+// device 0 allows 232448"); any other error is the CUDA runtime's.
+cudaError_t tree_build_choose(const TreeBuildParams& p, int device, int32_t* kernel, std::string* why);
 
 // Runs tree_build on `stream` for p.B requests with p.kernel (TREE_BUILD_KERNEL_HEAP or
 // TREE_BUILD_KERNEL_SELECT; resolve AUTO first, e.g. ops::configure_tree_build).  Every

@@ -105,10 +105,17 @@ struct Cfg {
 
 template <class In, int NJ>
 __global__ void __launch_bounds__(kThreads, 1)
-    verify_attn_simt_kernel(const In* __restrict__ q, const In* __restrict__ kv, const int32_t* __restrict__ prefix_len,
-                            const int32_t* __restrict__ tree_len, const uint8_t* __restrict__ vis, float sm_scale,
-                            int T, int H, int S, int Dqk, int d_v, int tiles_per_req, float* __restrict__ out,
-                            float* __restrict__ lse) {
+    verify_attn_simt_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req) {
+  const In* __restrict__ q = static_cast<const In*>(prm.q);
+  const In* __restrict__ kv = static_cast<const In*>(prm.kv_cache);
+  const int32_t* __restrict__ prefix_len = prm.prefix_len;
+  const int32_t* __restrict__ tree_len = prm.tree_len;
+  const uint8_t* __restrict__ vis = prm.visibility;
+  const float sm_scale = prm.sm_scale;
+  const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), S = static_cast<int>(prm.S);
+  const int Dqk = static_cast<int>(prm.Dqk), d_v = static_cast<int>(prm.d_v);
+  float* __restrict__ out = prm.out;
+  float* __restrict__ lse = prm.lse;
   using C = Cfg<NJ>;
   extern __shared__ __align__(16) float smem_f[];
   float* const stage0 = smem_f;
@@ -441,10 +448,17 @@ struct Cfg {
 
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
-    verify_attn_mma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
-                           const int32_t* __restrict__ prefix_len, const int32_t* __restrict__ tree_len,
-                           const uint8_t* __restrict__ vis, float sm_scale, int T, int H, int S, int Dqk, int d_v,
-                           int tiles_per_req, float* __restrict__ out, float* __restrict__ lse) {
+    verify_attn_mma_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req) {
+  const uint16_t* __restrict__ q = static_cast<const uint16_t*>(prm.q);
+  const uint16_t* __restrict__ kv = static_cast<const uint16_t*>(prm.kv_cache);
+  const int32_t* __restrict__ prefix_len = prm.prefix_len;
+  const int32_t* __restrict__ tree_len = prm.tree_len;
+  const uint8_t* __restrict__ vis = prm.visibility;
+  const float sm_scale = prm.sm_scale;
+  const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), S = static_cast<int>(prm.S);
+  const int Dqk = static_cast<int>(prm.Dqk), d_v = static_cast<int>(prm.d_v);
+  float* __restrict__ out = prm.out;
+  float* __restrict__ lse = prm.lse;
   using C = Cfg<DQK, DV>;
   extern __shared__ __align__(128) uint8_t smem[];
 
@@ -718,9 +732,9 @@ InstanceInfo instance_info(int id) {
   }
 }
 
-int simt_instance(VerifyAttnInput input, int64_t d_v) {
+int simt_instance(int32_t dtype, int64_t d_v) {
   const int nj_index = d_v <= 64 ? 0 : d_v <= 128 ? 1 : d_v <= 256 ? 2 : 3;
-  return (input == VerifyAttnInput::F32 ? kSimtF32Nj1 : kSimtBf16Nj1) + nj_index;
+  return (dtype == KDTR_DTYPE_F32 ? kSimtF32Nj1 : kSimtBf16Nj1) + nj_index;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -765,7 +779,7 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
   if (p.B > 0 && tiles > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
 
   int mma_id = 0;
-  if (p.input == VerifyAttnInput::BF16 && p.Dqk % 8 == 0) {
+  if (p.dtype == KDTR_DTYPE_BF16 && p.Dqk % 8 == 0) {
     if (p.Dqk <= 128 && p.d_v <= 128) mma_id = kMmaD128V128;
     else if (p.Dqk <= 576 && p.d_v <= 512) mma_id = kMmaD576V512;
   }
@@ -789,9 +803,9 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
     if (mma_id == 0) return cudaErrorNotSupported;
     id = mma_id;
   } else if (requested == VerifyAttnKernel::Simt) {
-    id = simt_instance(p.input, p.d_v);
+    id = simt_instance(p.dtype, p.d_v);
   } else {
-    id = wgmma_id != 0 && p.Dqk > 256 ? wgmma_id : mma_id != 0 ? mma_id : simt_instance(p.input, p.d_v);
+    id = wgmma_id != 0 && p.Dqk > 256 ? wgmma_id : mma_id != 0 ? mma_id : simt_instance(p.dtype, p.d_v);
   }
   const InstanceInfo info = instance_info(id);
   if (info.dvt > 0 && ceil_div(p.d_v, info.dvt) > 65535) return cudaErrorInvalidValue;
@@ -800,6 +814,36 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
   plan->smem_bytes = info.smem;
   plan->name = info.name;
   return cudaSuccess;
+}
+
+cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAttnPlan* plan, std::string* why) {
+  const VerifyAttnKernel requested = p.kernel == KDTR_VERIFY_ATTN_SIMT    ? VerifyAttnKernel::Simt
+                                     : p.kernel == KDTR_VERIFY_ATTN_MMA   ? VerifyAttnKernel::Mma
+                                     : p.kernel == KDTR_VERIFY_ATTN_WGMMA ? VerifyAttnKernel::Wgmma
+                                                                          : VerifyAttnKernel::Auto;
+  const cudaError_t perr = verify_attn_plan(p, requested, device, plan);
+  if (perr == cudaErrorNotSupported) {
+    const std::string got = std::string(p.dtype == KDTR_DTYPE_BF16 ? "bf16" : "f32") + ", Dqk " +
+                            std::to_string(p.Dqk) + ", d_v " + std::to_string(p.d_v);
+    if (requested == VerifyAttnKernel::Wgmma) {
+      int major = 0, minor = 0;
+      cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+      if (err != cudaSuccess) return err;
+      *why = "--kernel wgmma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512, enough shared memory, a "
+             "compute capability 9.0 device and a build with the Hopper kernel (got " + got +
+             ", compute capability " + std::to_string(major) + "." + std::to_string(minor) + ", a build " +
+             (verify_attn_have_wgmma() ? "with" : "without") + " it)";
+    } else if (requested == VerifyAttnKernel::Mma) {
+      *why = "--kernel mma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and enough shared memory (got " +
+             got + ")";
+    } else {
+      *why = "verify_attn has no kernel for " + got;
+    }
+    return perr;
+  }
+  if (perr != cudaSuccess) return perr;
+  return verify_attn_configure(*plan);
 }
 
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan) {
@@ -820,25 +864,21 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
   const int64_t tiles = ceil_div(p.T * p.H, kBM);
   if (p.B == 0 || tiles == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(p.B * tiles), info.dvt > 0 ? static_cast<unsigned>(ceil_div(p.d_v, info.dvt)) : 1u);
-  const int T = static_cast<int>(p.T), H = static_cast<int>(p.H), S = static_cast<int>(p.S);
-  const int Dqk = static_cast<int>(p.Dqk), d_v = static_cast<int>(p.d_v), tpr = static_cast<int>(tiles);
-  const auto* qf = static_cast<const float*>(p.q);
-  const auto* kvf = static_cast<const float*>(p.kv_cache);
-  const auto* qh = static_cast<const uint16_t*>(p.q);
-  const auto* kvh = static_cast<const uint16_t*>(p.kv_cache);
+  const int tpr = static_cast<int>(tiles);
   const size_t smem = info.smem;
-#define KDTR_VA_ARGS p.prefix_len, p.tree_len, p.visibility, p.sm_scale, T, H, S, Dqk, d_v, tpr, p.out, p.lse
+  // Each kernel takes the op's struct by value (kernel parameter space) and its tiles per request.
+#define KDTR_VA_ARGS p, tpr
   switch (plan.instance) {
-    case kSimtF32Nj1: simt::verify_attn_simt_kernel<float, 1><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
-    case kSimtF32Nj2: simt::verify_attn_simt_kernel<float, 2><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
-    case kSimtF32Nj4: simt::verify_attn_simt_kernel<float, 4><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
-    case kSimtF32Nj8: simt::verify_attn_simt_kernel<float, 8><<<grid, kThreads, smem, stream>>>(qf, kvf, KDTR_VA_ARGS); break;
-    case kSimtBf16Nj1: simt::verify_attn_simt_kernel<uint16_t, 1><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kSimtBf16Nj2: simt::verify_attn_simt_kernel<uint16_t, 2><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kSimtBf16Nj4: simt::verify_attn_simt_kernel<uint16_t, 4><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kSimtBf16Nj8: simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
-    case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512><<<grid, kThreads, smem, stream>>>(qh, kvh, KDTR_VA_ARGS); break;
+    case kSimtF32Nj1: simt::verify_attn_simt_kernel<float, 1><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtF32Nj2: simt::verify_attn_simt_kernel<float, 2><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtF32Nj4: simt::verify_attn_simt_kernel<float, 4><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtF32Nj8: simt::verify_attn_simt_kernel<float, 8><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtBf16Nj1: simt::verify_attn_simt_kernel<uint16_t, 1><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtBf16Nj2: simt::verify_attn_simt_kernel<uint16_t, 2><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtBf16Nj4: simt::verify_attn_simt_kernel<uint16_t, 4><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtBf16Nj8: simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     default: return cudaErrorInvalidValue;
   }
 #undef KDTR_VA_ARGS

@@ -170,9 +170,9 @@ inline void verify_attn_cpu(const In* q, const In* kv_cache, const int32_t* pref
                             lse + b * T * H, keys);
 }
 
-// The same for one VerifyAttnProblem of host pointers (p.input picks float or bf16 bits).
+// The same for one VerifyAttnProblem of host pointers (p.dtype picks float or bf16 bits).
 inline void verify_attn_cpu(const VerifyAttnProblem& p) {
-  if (p.input == VerifyAttnInput::BF16)
+  if (p.dtype == KDTR_DTYPE_BF16)
     verify_attn_cpu(static_cast<const uint16_t*>(p.q), static_cast<const uint16_t*>(p.kv_cache), p.prefix_len,
                     p.tree_len, p.visibility, p.B, p.T, p.H, p.S, p.Dqk, p.d_v, p.sm_scale, p.out, p.lse);
   else

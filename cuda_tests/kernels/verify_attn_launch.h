@@ -13,8 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
-#include "verify_attn_params.h"  // VerifyAttnInput, VerifyAttnProblem (shared with the CPU backend)
+#include "verify_attn_params.h"  // VerifyAttnProblem (shared with the CPU backend)
 
 namespace kdtr {
 
@@ -48,6 +49,15 @@ struct VerifyAttnPlan {
 // the kernels cannot index (negative, T*H or S over 2^30, d_v outside [1, Dqk]), or a
 // device-query error.
 cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel requested, int device, VerifyAttnPlan* plan);
+
+// The kernel-choice policy, the one of the binaries and libkdtr_kernels.so: the kernel for
+// p.kernel (KDTR_VERIFY_ATTN_AUTO, _SIMT, _MMA or _WGMMA) on `device`, planned
+// (verify_attn_plan) and configured (verify_attn_configure).  Where the forced kernel (for
+// auto: every kernel) does not apply it returns cudaErrorNotSupported and *why says what the
+// kernel needs against what it got (e.g. "--kernel mma needs bf16 inputs with Dqk % 8 == 0,
+// Dqk <= 576, d_v <= 512 and enough shared memory (got f32, Dqk 64, d_v 64)"); any other
+// error is the CUDA runtime's.
+cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAttnPlan* plan, std::string* why);
 
 // Raise the plan's kernel's dynamic shared-memory limit (call once before launching).
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan);

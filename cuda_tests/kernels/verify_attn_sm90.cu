@@ -151,12 +151,20 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, const FA& a, const FB& b, FC& 
 
 template <class TmaKV>
 __global__ void __launch_bounds__(kThreads, 1)
-    verify_attn_wgmma_kernel(CUTE_GRID_CONSTANT TmaKV const tma_kv, const uint16_t* __restrict__ q,
-                             const uint16_t* __restrict__ kv, const int32_t* __restrict__ prefix_len,
-                             const int32_t* __restrict__ tree_len, const uint8_t* __restrict__ vis, float sm_scale,
-                             int T, int H, int S, int Dqk, int d_v, int B, int tiles_per_req, float* __restrict__ out,
-                             float* __restrict__ lse) {
+    verify_attn_wgmma_kernel(CUTE_GRID_CONSTANT TmaKV const tma_kv, const __grid_constant__ VerifyAttnProblem prm,
+                             int tiles_per_req) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint16_t* __restrict__ q = static_cast<const uint16_t*>(prm.q);
+  const uint16_t* __restrict__ kv = static_cast<const uint16_t*>(prm.kv_cache);
+  const int32_t* __restrict__ prefix_len = prm.prefix_len;
+  const int32_t* __restrict__ tree_len = prm.tree_len;
+  const uint8_t* __restrict__ vis = prm.visibility;
+  const float sm_scale = prm.sm_scale;
+  const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), S = static_cast<int>(prm.S);
+  const int Dqk = static_cast<int>(prm.Dqk), d_v = static_cast<int>(prm.d_v);
+  float* __restrict__ out = prm.out;
+  float* __restrict__ lse = prm.lse;
+  const int B = static_cast<int>(prm.B);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   SharedStorage& sm = *reinterpret_cast<SharedStorage*>(smem_raw);
 
@@ -460,7 +468,7 @@ static_assert(kSmemBytes <= 232448, "shared memory of an sm_90 block");
 }  // namespace
 
 bool wgmma_fits(const VerifyAttnProblem& p) {
-  return p.input == VerifyAttnInput::BF16 && p.Dqk % 8 == 0 && p.Dqk <= kDQK && p.d_v <= kDV && p.d_v <= p.Dqk &&
+  return p.dtype == KDTR_DTYPE_BF16 && p.Dqk % 8 == 0 && p.Dqk <= kDQK && p.d_v <= kDV && p.d_v <= p.Dqk &&
          p.S >= 1 && p.B <= 0x7fffffffLL && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.kv_cache) % 16 == 0;
 }
@@ -480,9 +488,7 @@ cudaError_t launch_wgmma(const VerifyAttnProblem& p, cudaStream_t stream) {
   const int S = static_cast<int>(p.S), Dqk = static_cast<int>(p.Dqk), B = static_cast<int>(p.B);
   const TmaKV tma = make_kv_tma(p.kv_cache, S, Dqk, B);
   verify_attn_wgmma_kernel<TmaKV><<<static_cast<unsigned>(p.B * tiles), kThreads, kSmemBytes, stream>>>(
-      tma, static_cast<const uint16_t*>(p.q), static_cast<const uint16_t*>(p.kv_cache), p.prefix_len, p.tree_len,
-      p.visibility, p.sm_scale, static_cast<int>(p.T), static_cast<int>(p.H), S, Dqk, static_cast<int>(p.d_v), B,
-      static_cast<int>(tiles), p.out, p.lse);
+      tma, p, static_cast<int>(tiles));
   return cudaGetLastError();
 }
 

@@ -3,12 +3,15 @@
 // Host code only (like cuda_tests/tests/test_<op>.cu): compiled as C++ by nvcc -x c++ in
 // the CUDA build and linked with the kernels (cuda_tests/kernels/<op>.cu, compiled again
 // as position-independent objects), or by g++ -DKDTR_NO_CUDA in the CPU-only build, where
-// every *_cuda entry returns KDTR_ERR_NO_CUDA.  Each entry checks what the host can see,
-// copies the C struct into the kernels' own parameter struct (TreeBuildParams,
-// VerifyAttnProblem, TreeAcceptParams, GreedyStepTreeLenParams) and calls the existing
-// CPU backend (*_cpu) or launcher (launch_*); no C++ exception leaves the library.
+// every *_cuda entry returns KDTR_ERR_NO_CUDA.  Each entry checks what the host can see
+// and passes the caller's struct (the op's struct of <op>_params.h, shared with the
+// kernels and CPU cores) on to the CPU core (kdtr::cpu::*, cuda_tests/cpu/) or the
+// launcher (launch_*); greedy_step's struct is split into the chain's four stage structs.
+// No C++ exception leaves the library.
 
 #include "kdtr_kernels.h"
+
+#include "kdtr_describe.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -91,7 +94,9 @@ int guarded(F&& body) {
 // Checks and struct copies, one per op (shared by both backends)
 // ---------------------------------------------------------------------------------------
 
-TreeBuildParams tree_build_checked(const kdtr_tree_build_params* c, const char* op) {
+// The checks of each op's struct: the entries pass the caller's struct on as it is (the
+// struct of <op>_params.h is the ABI: no copies).
+const TreeBuildParams& tree_build_checked(const kdtr_tree_build_params* c, const char* op) {
   null_params(op, c);
   dim(op, "B", c->B, kMaxIndexDim);
   dim(op, "D", c->D, kMaxIndexDim);
@@ -113,27 +118,7 @@ TreeBuildParams tree_build_checked(const kdtr_tree_build_params* c, const char* 
   ptr(op, "next_sibling", c->next_sibling, b);
   ptr(op, "visibility", c->visibility, b);
   ptr(op, "status", c->status, b);
-  TreeBuildParams p;
-  p.top_log_probs = c->top_log_probs;
-  p.top_token_ids = c->top_token_ids;
-  p.root_token_ids = c->root_token_ids;
-  p.budget = c->budget;
-  p.depth_limit = c->depth_limit;
-  p.node_count = c->node_count;
-  p.node_token_ids = c->node_token_ids;
-  p.node_depths = c->node_depths;
-  p.parents = c->parents;
-  p.next_token = c->next_token;
-  p.next_sibling = c->next_sibling;
-  p.visibility = c->visibility;
-  p.status = c->status;
-  p.heap_fallback = c->heap_fallback;
-  p.B = c->B;
-  p.D = c->D;
-  p.K = c->K;
-  p.N = c->N;
-  p.kernel = c->kernel;
-  return p;
+  return *c;
 }
 
 void attn_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t S, int64_t Dqk, int64_t d_v, int32_t dtype) {
@@ -151,7 +136,7 @@ void attn_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t S, int64
     fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": dtype " + std::to_string(dtype) + " is not F32 (0) or BF16 (1)");
 }
 
-VerifyAttnProblem verify_attn_checked(const kdtr_verify_attn_params* c, const char* op) {
+const VerifyAttnProblem& verify_attn_checked(const kdtr_verify_attn_params* c, const char* op) {
   null_params(op, c);
   attn_dims(op, c->B, c->T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
   if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA &&
@@ -166,23 +151,7 @@ VerifyAttnProblem verify_attn_checked(const kdtr_verify_attn_params* c, const ch
   ptr(op, "visibility", c->visibility, b && c->T > 0);
   ptr(op, "out", c->out, rows);
   ptr(op, "lse", c->lse, rows);
-  VerifyAttnProblem p;
-  p.input = c->dtype == KDTR_DTYPE_BF16 ? VerifyAttnInput::BF16 : VerifyAttnInput::F32;
-  p.q = c->q;
-  p.kv_cache = c->kv_cache;
-  p.prefix_len = c->prefix_len;
-  p.tree_len = c->tree_len;
-  p.visibility = c->visibility;
-  p.out = c->out;
-  p.lse = c->lse;
-  p.B = c->B;
-  p.T = c->T;
-  p.H = c->H;
-  p.S = c->S;
-  p.Dqk = c->Dqk;
-  p.d_v = c->d_v;
-  p.sm_scale = c->sm_scale;
-  return p;
+  return *c;
 }
 
 // The lengths verify_attn trusts (host memory): prefix_len >= 0, tree_len in [0, T] (or
@@ -201,7 +170,7 @@ void attn_lengths(const char* op, const int32_t* prefix_len, const int32_t* tree
   }
 }
 
-TreeAcceptParams tree_accept_checked(const kdtr_tree_accept_params* c, const char* op) {
+const TreeAcceptParams& tree_accept_checked(const kdtr_tree_accept_params* c, const char* op) {
   null_params(op, c);
   dim(op, "B", c->B, kMaxRowDim);
   dim(op, "T", c->T, kMaxRowDim);
@@ -215,25 +184,12 @@ TreeAcceptParams tree_accept_checked(const kdtr_tree_accept_params* c, const cha
   ptr(op, "accepted_path", c->accepted_path, bt);
   ptr(op, "proposed", c->proposed, bt);
   ptr(op, "status", c->status, b);
-  TreeAcceptParams p;
-  p.node_token_ids = c->node_token_ids;
-  p.next_token = c->next_token;
-  p.next_sibling = c->next_sibling;
-  p.node_count = c->node_count;
-  p.target_predict = c->target_predict;
-  p.accepted_count = c->accepted_count;
-  p.accepted_path = c->accepted_path;
-  p.proposed = c->proposed;
-  p.status = c->status;
-  p.B = c->B;
-  p.T = c->T;
-  return p;
+  return *c;
 }
 
-// The greedy_step chain's four structs (as kdtr::ops::greedy_step_params wires them).
-using Chain = GreedyStepParams;
-
-Chain greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
+// The greedy_step chain's four stage structs from the op's struct (as
+// kdtr::ops::greedy_step_params wires them for the binary).
+GreedyStepStages greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
   null_params(op, c);
   dim(op, "N (max_budget)", c->N, kMaxBudget);
   const int64_t T = c->N + 1;
@@ -241,6 +197,10 @@ Chain greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
   dim(op, "D", c->D, kMaxIndexDim);
   dim(op, "K", c->K, kMaxIndexDim);
   attn_dims(op, c->B, T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
+  if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA &&
+      c->kernel != KDTR_VERIFY_ATTN_WGMMA)
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)");
   const bool b = c->B > 0, in3 = b && c->D > 0 && c->K > 0, rows = b && c->H > 0;
   ptr(op, "top_log_probs", c->top_log_probs, in3);
   ptr(op, "top_token_ids", c->top_token_ids, in3);
@@ -251,54 +211,53 @@ Chain greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
   ptr(op, "kv_cache", c->kv_cache, b && c->S > 0);
   ptr(op, "prefix_len", c->prefix_len, b);
   ptr(op, "target_predict", c->target_predict, b);
-  ptr(op, "node_count", c->node_count, b);
-  ptr(op, "node_token_ids", c->node_token_ids, b);
-  ptr(op, "node_depths", c->node_depths, b);
-  ptr(op, "parents", c->parents, b);
-  ptr(op, "next_token", c->next_token, b);
-  ptr(op, "next_sibling", c->next_sibling, b);
-  ptr(op, "visibility", c->visibility, b);
-  ptr(op, "build_status", c->build_status, b);
-  ptr(op, "out", c->out, rows);
-  ptr(op, "lse", c->lse, rows);
-  ptr(op, "accepted_count", c->accepted_count, b);
-  ptr(op, "accepted_path", c->accepted_path, b);
-  ptr(op, "proposed", c->proposed, b);
-  ptr(op, "accept_status", c->accept_status, b);
+  ptr(op, "tree_build_node_count", c->tree_build_node_count, b);
+  ptr(op, "tree_build_node_token_ids", c->tree_build_node_token_ids, b);
+  ptr(op, "tree_build_node_depths", c->tree_build_node_depths, b);
+  ptr(op, "tree_build_parents", c->tree_build_parents, b);
+  ptr(op, "tree_build_next_token", c->tree_build_next_token, b);
+  ptr(op, "tree_build_next_sibling", c->tree_build_next_sibling, b);
+  ptr(op, "tree_build_visibility", c->tree_build_visibility, b);
+  ptr(op, "tree_build_status", c->tree_build_status, b);
+  ptr(op, "verify_attn_out", c->verify_attn_out, rows);
+  ptr(op, "verify_attn_lse", c->verify_attn_lse, rows);
+  ptr(op, "tree_accept_accepted_count", c->tree_accept_accepted_count, b);
+  ptr(op, "tree_accept_accepted_path", c->tree_accept_accepted_path, b);
+  ptr(op, "tree_accept_proposed", c->tree_accept_proposed, b);
+  ptr(op, "tree_accept_status", c->tree_accept_status, b);
   ptr(op, "tree_len", c->tree_len, b);
-  Chain ch;
-  kdtr_tree_build_params tb{};
+  GreedyStepStages ch{};
+  TreeBuildParams& tb = ch.build;
   tb.top_log_probs = c->top_log_probs;
   tb.top_token_ids = c->top_token_ids;
   tb.root_token_ids = c->root_token_ids;
   tb.budget = c->budget;
   tb.depth_limit = c->depth_limit;
-  tb.node_count = c->node_count;
-  tb.node_token_ids = c->node_token_ids;
-  tb.node_depths = c->node_depths;
-  tb.parents = c->parents;
-  tb.next_token = c->next_token;
-  tb.next_sibling = c->next_sibling;
-  tb.visibility = c->visibility;
-  tb.status = c->build_status;
+  tb.node_count = c->tree_build_node_count;
+  tb.node_token_ids = c->tree_build_node_token_ids;
+  tb.node_depths = c->tree_build_node_depths;
+  tb.parents = c->tree_build_parents;
+  tb.next_token = c->tree_build_next_token;
+  tb.next_sibling = c->tree_build_next_sibling;
+  tb.visibility = c->tree_build_visibility;
+  tb.status = c->tree_build_status;
   tb.B = c->B;
   tb.D = c->D;
   tb.K = c->K;
   tb.N = c->N;
   tb.kernel = KDTR_TREE_BUILD_AUTO;
-  ch.build = tree_build_checked(&tb, op);
-  ch.tree_len.node_count = c->node_count;
+  ch.tree_len.node_count = c->tree_build_node_count;
   ch.tree_len.tree_len = c->tree_len;
   ch.tree_len.B = c->B;
   ch.tree_len.T = T;
-  kdtr_verify_attn_params va{};
+  VerifyAttnProblem& va = ch.attn;
   va.q = c->q;
   va.kv_cache = c->kv_cache;
   va.prefix_len = c->prefix_len;
   va.tree_len = c->tree_len;
-  va.visibility = c->visibility;
-  va.out = c->out;
-  va.lse = c->lse;
+  va.visibility = c->tree_build_visibility;
+  va.out = c->verify_attn_out;
+  va.lse = c->verify_attn_lse;
   va.B = c->B;
   va.T = T;
   va.H = c->H;
@@ -307,20 +266,19 @@ Chain greedy_step_checked(const kdtr_greedy_step_params* c, const char* op) {
   va.d_v = c->d_v;
   va.sm_scale = c->sm_scale;
   va.dtype = c->dtype;
-  ch.attn = verify_attn_checked(&va, op);
-  kdtr_tree_accept_params ta{};
-  ta.node_token_ids = c->node_token_ids;
-  ta.next_token = c->next_token;
-  ta.next_sibling = c->next_sibling;
-  ta.node_count = c->node_count;
+  va.kernel = c->kernel;
+  TreeAcceptParams& ta = ch.accept;
+  ta.node_token_ids = c->tree_build_node_token_ids;
+  ta.next_token = c->tree_build_next_token;
+  ta.next_sibling = c->tree_build_next_sibling;
+  ta.node_count = c->tree_build_node_count;
   ta.target_predict = c->target_predict;
-  ta.accepted_count = c->accepted_count;
-  ta.accepted_path = c->accepted_path;
-  ta.proposed = c->proposed;
-  ta.status = c->accept_status;
+  ta.accepted_count = c->tree_accept_accepted_count;
+  ta.accepted_path = c->tree_accept_accepted_path;
+  ta.proposed = c->tree_accept_proposed;
+  ta.status = c->tree_accept_status;
   ta.B = c->B;
   ta.T = T;
-  ch.accept = tree_accept_checked(&ta, op);
   return ch;
 }
 
@@ -342,49 +300,27 @@ int current_device(const char* op) {
   return device;
 }
 
-// tree_build's build kernel for `want` on `device`, its shared memory raised (as
-// kdtr::ops::configure_tree_build): AUTO is select where it fits, else heap.
+// The launchers' kernel-choice policy (tree_build_choose, verify_attn_choose), its
+// NOT_SUPPORTED reason as the library's message.
 int32_t configure_tree_build(const char* op, const TreeBuildParams& p, int32_t want, int device) {
-  size_t need = 0, have = 0;
-  auto fits = [&](int32_t k) {
-    need = tree_build_smem_bytes(p.N, p.D, p.K, k);
-    cuda_check(op, "tree_build_smem_available", tree_build_smem_available(device, k, &have));
-    return need <= have;
-  };
-  int32_t k = want == TREE_BUILD_KERNEL_HEAP ? TREE_BUILD_KERNEL_HEAP : TREE_BUILD_KERNEL_SELECT;
-  if (!fits(k) && want == TREE_BUILD_KERNEL_AUTO) {
-    k = TREE_BUILD_KERNEL_HEAP;
-    fits(k);
-  }
-  if (need > have)
-    fail(KDTR_ERR_NOT_SUPPORTED, std::string(op) + ": N = " + std::to_string(p.N) + ", D = " + std::to_string(p.D) +
-                                     ": the " + (k == TREE_BUILD_KERNEL_HEAP ? "heap" : "select") + " kernel needs " +
-                                     std::to_string(need) + " bytes of shared memory per block, device " +
-                                     std::to_string(device) + " allows " + std::to_string(have));
-  cuda_check(op, "tree_build_configure", tree_build_configure(k, need));
+  TreeBuildParams q = p;
+  q.kernel = want;
+  int32_t k = want;
+  std::string why;
+  const cudaError_t e = tree_build_choose(q, device, &k, &why);
+  if (e == cudaErrorNotSupported) fail(KDTR_ERR_NOT_SUPPORTED, std::string(op) + ": " + why);
+  cuda_check(op, "tree_build_choose", e);
   return k;
 }
 
 VerifyAttnPlan plan_verify_attn(const char* op, const VerifyAttnProblem& p, int32_t kernel, int device) {
-  const VerifyAttnKernel requested = kernel == KDTR_VERIFY_ATTN_SIMT    ? VerifyAttnKernel::Simt
-                                     : kernel == KDTR_VERIFY_ATTN_MMA   ? VerifyAttnKernel::Mma
-                                     : kernel == KDTR_VERIFY_ATTN_WGMMA ? VerifyAttnKernel::Wgmma
-                                                                        : VerifyAttnKernel::Auto;
+  VerifyAttnProblem q = p;
+  q.kernel = kernel;
   VerifyAttnPlan plan;
-  const cudaError_t e = verify_attn_plan(p, requested, device, &plan);
-  if (e == cudaErrorNotSupported) {
-    const bool wgmma = requested == VerifyAttnKernel::Wgmma;
-    fail(KDTR_ERR_NOT_SUPPORTED,
-         std::string(op) + ": no " + (wgmma ? "wgmma " : requested == VerifyAttnKernel::Mma ? "mma " : "") +
-             "kernel for " + (p.input == VerifyAttnInput::BF16 ? "bf16" : "f32") + ", Dqk " + std::to_string(p.Dqk) +
-             ", d_v " + std::to_string(p.d_v) +
-             (wgmma ? std::string(" (wgmma needs bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512, the shared memory, a "
-                                  "compute capability 9.0 device and a library built with it: this one was built ") +
-                          (verify_attn_have_wgmma() ? "with" : "without") + " it)"
-                    : std::string(" (mma needs bf16, Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and the shared memory)")));
-  }
-  cuda_check(op, "verify_attn_plan", e);
-  cuda_check(op, "verify_attn_configure", verify_attn_configure(plan));
+  std::string why;
+  const cudaError_t e = verify_attn_choose(q, device, &plan, &why);
+  if (e == cudaErrorNotSupported) fail(KDTR_ERR_NOT_SUPPORTED, std::string(op) + ": " + why);
+  cuda_check(op, "verify_attn_choose", e);
   return plan;
 }
 
@@ -416,11 +352,14 @@ int kdtr_has_cuda(void) {
 
 int64_t kdtr_params_size(const char* op) {
   if (op == nullptr) return 0;
-  if (std::strcmp(op, "tree_build") == 0) return sizeof(kdtr_tree_build_params);
-  if (std::strcmp(op, "verify_attn") == 0) return sizeof(kdtr_verify_attn_params);
-  if (std::strcmp(op, "tree_accept") == 0) return sizeof(kdtr_tree_accept_params);
-  if (std::strcmp(op, "greedy_step") == 0) return sizeof(kdtr_greedy_step_params);
-  return 0;
+  const abi::OpLayout* l = abi::layout(op);
+  return l == nullptr ? 0 : static_cast<int64_t>(l->size);
+}
+
+const char* kdtr_describe(const char* op) {
+  static thread_local std::string text;
+  text = op == nullptr ? "" : abi::describe_json(op);
+  return text.c_str();
 }
 
 const char* kdtr_last_error(void) { return g_last_error.c_str(); }
@@ -432,7 +371,7 @@ int kdtr_tree_build_cpu(kdtr_tree_build_params* c) {
     TreeBuildParams p = tree_build_checked(c, "tree_build");
     p.kernel = c->kernel == KDTR_TREE_BUILD_SELECT ? TREE_BUILD_KERNEL_SELECT : TREE_BUILD_KERNEL_HEAP;
     cpu::tree_build(p);
-    c->kernel_ran = p.kernel;
+    c->kernel_ran = p.kernel == TREE_BUILD_KERNEL_SELECT ? "cpu_select" : "cpu_heap";
     return KDTR_OK;
   });
 }
@@ -458,11 +397,13 @@ int kdtr_tree_accept_cpu(kdtr_tree_accept_params* c) {
 
 int kdtr_greedy_step_cpu(kdtr_greedy_step_params* c) {
   return guarded([&] {
-    Chain ch = greedy_step_checked(c, "greedy_step");
+    GreedyStepStages ch = greedy_step_checked(c, "greedy_step");
+    if (c->kernel != KDTR_VERIFY_ATTN_AUTO)
+      fail(KDTR_ERR_INVALID_ARGUMENT, "greedy_step: kernel SIMT / MMA / WGMMA applies to the CUDA entry only");
     attn_lengths("greedy_step", c->prefix_len, nullptr, c->B, c->N + 1, c->S);
     ch.build.kernel = TREE_BUILD_KERNEL_HEAP;
     cpu::greedy_step(ch);
-    c->attn_kernel_ran = "cpu_f64";
+    c->kernel_ran = "cpu_f64";
     return KDTR_OK;
   });
 }
@@ -483,12 +424,12 @@ int kdtr_tree_build_cuda(kdtr_tree_build_params* c, void* stream) {
     const char* op = "tree_build";
     TreeBuildParams p = tree_build_checked(c, op);
     if (p.B == 0) {
-      c->kernel_ran = c->kernel == KDTR_TREE_BUILD_HEAP ? KDTR_TREE_BUILD_HEAP : KDTR_TREE_BUILD_SELECT;
+      c->kernel_ran = c->kernel == KDTR_TREE_BUILD_HEAP ? "heap" : "select";
       return KDTR_OK;
     }
     p.kernel = configure_tree_build(op, p, c->kernel, current_device(op));
     cuda_check(op, "launch_tree_build", launch_tree_build(p, as_stream(stream)));
-    c->kernel_ran = p.kernel;
+    c->kernel_ran = p.kernel == TREE_BUILD_KERNEL_SELECT ? "select" : "heap";
     return KDTR_OK;
   });
 }
@@ -515,10 +456,10 @@ int kdtr_tree_accept_cuda(kdtr_tree_accept_params* c, void* stream) {
 int kdtr_greedy_step_cuda(kdtr_greedy_step_params* c, void* stream) {
   return guarded([&] {
     const char* op = "greedy_step";
-    Chain ch = greedy_step_checked(c, op);
+    GreedyStepStages ch = greedy_step_checked(c, op);
     const int device = current_device(op);
-    const VerifyAttnPlan plan = plan_verify_attn(op, ch.attn, KDTR_VERIFY_ATTN_AUTO, device);
-    c->attn_kernel_ran = plan.name;
+    const VerifyAttnPlan plan = plan_verify_attn(op, ch.attn, c->kernel, device);
+    c->kernel_ran = plan.name;
     if (c->B == 0) return KDTR_OK;
     ch.build.kernel = configure_tree_build(op, ch.build, TREE_BUILD_KERNEL_AUTO, device);
     const cudaStream_t s = as_stream(stream);

@@ -23,11 +23,11 @@ const std::vector<Link>& greedy_step_chain() {
 }
 
 // `s` holds the inputs and the prefixed outputs; tree_len is the chain's [B] buffer.
-GreedyStepParams greedy_step_params(Slots s, int32_t* tree_len, float sm_scale) {
+GreedyStepStages greedy_step_params(Slots s, int32_t* tree_len, float sm_scale) {
   s.add(kTreeLen, tree_len, DType::I32);
   for (const Link& l : greedy_step_chain())
     for (const auto& w : l.wired) s.wire(w.first, w.second);
-  GreedyStepParams c;
+  GreedyStepStages c{};
   c.build = tree_build_params(s, "tree_build.");
   c.tree_len.node_count = c.build.node_count;
   c.tree_len.tree_len = tree_len;

@@ -3,6 +3,7 @@
 //
 //   kdtr_greedy_step --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
 //                    [--kernel auto|simt|mma|wgmma]
+//   kdtr_greedy_step --describe   (its parameter struct kdtr_greedy_step_params as JSON: docs/binaries.md)
 //
 // Reads from GOLDEN the inputs of kdtr::ops::greedy_step_chain() (greedy_step_chain.hpp; contract:
 // docs/ops/greedy_step.md; source: shared/DESIGN.md 3.4)
@@ -53,6 +54,7 @@
 #include "greedy_step_params.h"
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_describe.hpp"
 #include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
 
@@ -133,7 +135,7 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
 std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, float sm_scale,
                      const std::string& attn_kernel) {
   // Everything that can refuse the problem is settled before any allocation.
-  const GreedyStepParams host =
+  const GreedyStepStages host =
       ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
   // shared memory limits N; the select kernel where it fits
   const int32_t build_kernel = ops::configure_tree_build(host.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
@@ -144,7 +146,7 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
   cli::DeviceBuffer<int32_t> tree_len(static_cast<size_t>(in.dim("B")));  // the chain's own, poisoned
   tree_len.fill_bytes(cli::kPoison);
   const ops::Device dev(in, out);
-  GreedyStepParams c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
+  GreedyStepStages c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
   c.build.kernel = build_kernel;
   const cudaStream_t s = dev.stream.get();
   auto chain = [&]() -> cudaError_t {
@@ -183,7 +185,7 @@ int run(const cli::Args& args) {
   } else {
     // The same chain with the three CPU cores, tree_len in host memory.
     std::vector<int32_t> tree_len(static_cast<size_t>(in.dim("B")));
-    const GreedyStepParams c =
+    const GreedyStepStages c =
         ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), tree_len.data(), sm_scale);
     cli::run_cpu_timed(args.repeat, [&] { cpu::greedy_step(c); });
     kernel = "cpu_f64";
@@ -194,4 +196,6 @@ int run(const cli::Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}); }
+int main(int argc, char** argv) {
+  return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}, kdtr::abi::describe_json("greedy_step"));
+}

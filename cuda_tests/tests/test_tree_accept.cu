@@ -1,6 +1,7 @@
 // test_tree_accept.cu -- build/bin/kdtr_tree_accept: run tree_accept on a golden's inputs.
 //
 //   kdtr_tree_accept --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
+//   kdtr_tree_accept --describe   (its parameter struct kdtr_tree_accept_params as JSON: docs/binaries.md)
 //
 // Reads the inputs of kdtr::ops::tree_accept_decl() (kdtr_ops.hpp: node_token_ids i64
 // [B,T], next_token i32 [B,T], next_sibling i32 [B,T], node_count i32 [B], target_predict
@@ -17,6 +18,7 @@
 
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_describe.hpp"
 #include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
 #include "tree_accept_params.h"
@@ -59,4 +61,6 @@ int run(const cli::Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kdtr::cli::run_main(argc, argv, "kdtr_tree_accept", run); }
+int main(int argc, char** argv) {
+  return kdtr::cli::run_main(argc, argv, "kdtr_tree_accept", run, {}, kdtr::abi::describe_json("tree_accept"));
+}

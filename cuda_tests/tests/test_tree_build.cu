@@ -2,6 +2,7 @@
 //
 //   kdtr_tree_build --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
 //                   [--kernel auto|heap|select]
+//   kdtr_tree_build --describe   (its parameter struct kdtr_tree_build_params as JSON: docs/binaries.md)
 //
 // Reads the inputs of kdtr::ops::tree_build_decl() (kdtr_ops.hpp: top_log_probs f32
 // [B,D,K], top_token_ids i64 [B,D,K], root_token_ids i64 [B], budget i32 [B], depth_limit
@@ -30,6 +31,7 @@
 
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_describe.hpp"
 #include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
 #include "tree_build_params.h"
@@ -122,4 +124,6 @@ int run(const cli::Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}); }
+int main(int argc, char** argv) {
+  return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}, kdtr::abi::describe_json("tree_build"));
+}

@@ -2,6 +2,7 @@
 //
 //   kdtr_verify_attn --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
 //                    [--kernel auto|simt|mma|wgmma]
+//   kdtr_verify_attn --describe   (its parameter struct kdtr_verify_attn_params as JSON: docs/binaries.md)
 //
 // Reads the inputs of kdtr::ops::verify_attn_decl() (kdtr_ops.hpp: q f32|bf16
 // [B,T,H,Dqk], kv_cache (same dtype) [B,S,Dqk], prefix_len i32 [B], tree_len i32 [B],
@@ -27,6 +28,7 @@
 
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
+#include "kdtr_describe.hpp"
 #include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
 #include "verify_attn_params.h"
@@ -130,4 +132,6 @@ int run(const cli::Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}); }
+int main(int argc, char** argv) {
+  return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}, kdtr::abi::describe_json("verify_attn"));
+}

@@ -172,6 +172,7 @@ def reference(inputs, metadata) -> dict[str, np.ndarray]:
 
 SPEC = register_op(OpSpec(
     name="tree_accept",
+    abi_dims=("B", "T"),
     description="greedy walk of the verified draft tree (docs/ops/tree_accept.md)",
     inputs=(
         TensorSpec("node_token_ids", "i64", ("B", "T")),
