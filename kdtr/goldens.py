@@ -110,8 +110,8 @@ def host_record() -> dict[str, Any]:
     versions of numpy, ml_dtypes and Python) and ``golden_bytes`` (:data:`GOLDEN_BYTES`:
     which of them shape golden bytes, which do not). ``kdtr regen --check`` does not compare
     it: goldens regenerate bit-identically whatever these versions."""
-    from importlib import metadata
     import platform
+    from importlib import metadata
 
     def version(dist: str) -> str:
         try:
@@ -430,10 +430,12 @@ def check(golden_dir: Path, registry: Registry, cache_dir: Path | None = None) -
             if rel in listed:
                 for key in ("seed", "generator_version", "op", "config"):
                     if listed[rel].get(key) != entry[key]:
-                        report.drifts.append(Drift(rel, "manifest", f"{key}: {listed[rel].get(key)!r} -> {entry[key]!r}"))
+                        report.drifts.append(Drift(rel, "manifest",
+                                                   f"{key}: {listed[rel].get(key)!r} -> {entry[key]!r}"))
             found = _compare_files(rel, disk, new_path)
             if not found and sha256_of(disk) != entry["sha256"]:
-                found = [Drift(rel, "bytes", "same tensors and metadata, but the bytes differ (metadata order or layout)")]
+                found = [Drift(rel, "bytes",
+                               "same tensors and metadata, but the bytes differ (metadata order or layout)")]
             report.drifts.extend(found)
     return report
 
@@ -589,8 +591,9 @@ def load_known_failures(golden_dir: Path) -> dict[str, str]:
                          f"not a {type(data).__name__})")
     for key, why in data.items():
         if not (isinstance(why, str) and why.strip()):
+            what = "a blank one" if isinstance(why, str) else type(why).__name__
             raise UsageError(f"{path}: {json.dumps(key)}: must map 'op/config[@backend]' to a non-empty reason "
-                             f"(a string with text, not {'a blank one' if isinstance(why, str) else type(why).__name__})")
+                             f"(a string with text, not {what})")
     return data
 
 

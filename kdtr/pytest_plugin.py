@@ -51,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kdtr", action="store_true", default=False,
                     help="collect one test per golden x backend of the kdtr test binaries")
     group.addoption("--kdtr-bin-dir", default=None, metavar="DIR",
-                    help="directory of the kdtr_<op> binaries (default: ini kdtr_bin_dir, else <kdtr checkout>/build/bin)")
+                    help="directory of the kdtr_<op> binaries "
+                         "(default: ini kdtr_bin_dir, else <kdtr checkout>/build/bin)")
     group.addoption("--kdtr-golden-dir", default=None, metavar="DIR",
                     help="golden directory (default: ini kdtr_golden_dir, else <kdtr checkout>/golden); "
                          "also used by the kdtr_golden fixture")

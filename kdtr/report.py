@@ -16,16 +16,16 @@ import re
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 from . import fsutil
 from .run import STATUSES, Case, CaseResult
 from .status import ERRORED, SKIPPED, Status
-from .text import printable, printable_lines, printable_tree
+from .text import printable, printable_tree
 
 
 def counts(results: list[CaseResult]) -> dict[str, int]:

@@ -194,7 +194,8 @@ def _dlpack_to_host(x: Any) -> np.ndarray:
     try:
         return np.from_dlpack(x, device="cpu", copy=True)
     except Exception as exc:  # noqa: BLE001 - BufferError, TypeError, ... per producer
-        raise TypeError(f"cannot copy a {type(x).__name__} on DLPack device type {dev_type} to the host: {exc}") from exc
+        raise TypeError(f"cannot copy a {type(x).__name__} on DLPack device type {dev_type} to the host: "
+                        f"{exc}") from exc
 
 
 def to_numpy(x: Any) -> np.ndarray:

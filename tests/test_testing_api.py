@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 import kdtr
+from conftest import golden_subset
 from kdtr.contract import Contract
 from kdtr.judge import judge
 from kdtr.ops import OPS
 from kdtr.testing import ConformanceError, Golden, GoldenError, assert_conforms, goldens, to_numpy
-
-from conftest import golden_subset
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden"

@@ -25,23 +25,19 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kdtr import format as kformat
+import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY): the core of kdtr/ never imports it
 from kdtr import children, fsutil, goldens, judge, report
+from kdtr import format as kformat
 from kdtr import run as runner
+from kdtr.cli.convert_cmd import convert as convert_command  # kdtr convert
+from kdtr.cli.mutate import mutate as mutate_command  # kdtr mutate (its engine, kdtr.mutate, is imported when it runs)
+from kdtr.cli.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
 from kdtr.compare import compare
 from kdtr.contract import Contract, stray_contract_keys
 from kdtr.dtypes import name_of_dtype
 from kdtr.errors import KdtrError
 from kdtr.status import Status
 from kdtr.text import printable, terminal_columns
-
-from kdtr.cli.show import show as show_command  # kdtr show; importing it also hooks the report's tree SVGs
-
-from kdtr.cli.convert_cmd import convert as convert_command  # kdtr convert
-
-from kdtr.cli.mutate import mutate as mutate_command  # kdtr mutate (its engine, kdtr.mutate, is imported when it runs)
-
-import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY): the core of kdtr/ never imports it
 
 # Piped output (CI logs) is not cut to 80 columns: $COLUMNS (if a width in [20, 1000]), else 160.
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else terminal_columns())
@@ -123,8 +119,8 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, golden_dir, bin_dir,
-        report_dir) -> None:
+def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, golden_dir,
+        bin_dir, report_dir) -> None:
     """Run every golden on every backend, diff, and write the reports."""
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
@@ -159,7 +155,8 @@ def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, devi
         cases = runner.select_cases(runner.plan(chosen, backends, kernels), only)
         cases = runner.shard(cases, shard)
         if not cases:
-            raise runner.UsageError(f"--shard {shard}: this shard selects no case (there are fewer goldens than shards)")
+            raise runner.UsageError(f"--shard {shard}: this shard selects no case "
+                                    "(there are fewer goldens than shards)")
         cfg = runner.RunConfig(
             golden_dir=gdir,
             bin_dir=_root_path(bin_dir, root / "build" / "bin"),
@@ -245,7 +242,8 @@ def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, devi
     console.print("  ".join(f"[{STATUS_STYLE[s]}]{s}[/] {n}" for s, n in c.items() if n))
     console.print("reports: " + ", ".join(printable(p) for p in paths), markup=False)
     code = runner.exit_code(results)
-    missing = sorted({r.case.backend for r in results if r.status == Status.NOT_SUPPORTED and r.case.backend in required})
+    missing = sorted({r.case.backend for r in results
+                      if r.status == Status.NOT_SUPPORTED and r.case.backend in required})
     for b in missing:
         click.echo(f"kdtr: error: --require-backend {b}: its cases are NOT_SUPPORTED here (see above)", err=True)
         code = max(code, 1)
@@ -291,7 +289,8 @@ def results_table(results: list[runner.CaseResult]) -> Table:
         rows.setdefault((r.case.op, r.case.config), {})[r.case.column] = r
     for (op, config), row in rows.items():
         cells = [f"[{STATUS_STYLE[row[b].status]}]{row[b].status}[/]" if b in row else "" for b in backends]
-        table.add_row(escape(printable(op)), escape(printable(config)), *cells, f"{max(r.seconds for r in row.values()):.2f}s")
+        slowest = max(r.seconds for r in row.values())
+        table.add_row(escape(printable(op)), escape(printable(config)), *cells, f"{slowest:.2f}s")
     return table
 
 
@@ -469,7 +468,8 @@ def list_(golden_dir) -> None:
             tier = getattr(cfg, "tier", "committed")
             present = path.exists() if tier == "committed" else (gdir / ".cache" / op / f"{name}.kdtr").exists()
             size = f"{path.stat().st_size / 1024:.1f} KiB" if path.exists() else ""
-            table.add_row(op, name, tier, "yes" if present else "[red]missing[/]", size, has_bin, escape(cfg.description))
+            table.add_row(op, name, tier, "yes" if present else "[red]missing[/]", size, has_bin,
+                          escape(cfg.description))
     console.print(table)
 
 
