@@ -146,6 +146,13 @@ class Golden:
                     break
         return cls(f"{op}/{config}", op, config, p, tier, got, inputs, expected, contracts, md, problem)
 
+    @property
+    def tensors(self) -> dict[str, np.ndarray]:
+        """Every input and expected tensor by its name in the file (``input.<name>``,
+        ``expected.<name>``), as a loaded KDTR file names them (what ``kdtr show`` draws)."""
+        return {**{f"input.{k}": v for k, v in self.inputs.items()},
+                **{f"expected.{k}": v for k, v in self.expected.items()}}
+
     def changed(self) -> str | None:
         """None while the file still holds the vouched bytes, else what changed, in words
         (:func:`kdtr.vouch.changed`). The arrays never change: they are a private copy."""

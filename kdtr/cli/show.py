@@ -484,8 +484,10 @@ def case_svg(result: Any) -> Path | None:
     if not out.is_file():
         return None
     svg = out.with_name(out.name[: -len(".kdtr")] + ".svg" if out.name.endswith(".kdtr") else out.name + ".svg")
-    # private copies (mmap=False): a file a binary truncates meanwhile is an error, never a SIGBUS
-    with kformat.load(result.case.golden, mmap=False) as g, kformat.load(out, mmap=False) as o:
+    # private copies (mmap=False): a file a binary truncates meanwhile is an error, never a SIGBUS;
+    # the golden is the one the case was judged against (kdtr.judge.Golden: the run's read)
+    g = getattr(result, "golden", None) or kformat.load(result.case.golden, mmap=False)
+    with kformat.load(out, mmap=False) as o:
         request = _failing_request(result)
         drawing = render(g, request, o, golden_name=str(result.case.golden), output_name=out.name)
         data = svg_text(drawing, f"kdtr show {result.case.op}/{result.case.config} --request {request} "

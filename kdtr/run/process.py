@@ -180,6 +180,7 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
             res.reason = str(exc) if isinstance(exc, fsutil.UnsafePath) else f"{out_path}: {exc.strerror or exc}"
             return None
         res.output_file = str(out_path)
+        res.golden = golden
         return _Prepared(case, res, golden, binary, out_path, t0)
     return None
 
@@ -451,6 +452,8 @@ def run_all(
                 continue
             results[r.case] = r
             cfg.goldens.release(r.case.golden)
+            if r.status in (Status.PASS, Status.NOT_SUPPORTED):
+                r.golden = None  # only a failing case's golden is drawn in the report
             if on_done:
                 on_done(r)
     except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: drop queued cases, kill the running binaries

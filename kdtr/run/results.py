@@ -42,6 +42,9 @@ class CaseResult:
     # Under a forced kernel: the kernel instance that ran (output metadata ``kernel``) and, for
     # tree_build's select, how many requests it handed to the heap build; "" otherwise.
     detail: str = ""
+    # The golden it was judged against (kdtr.judge.Golden, the run's one read), kept on a
+    # failing case for the report's drawing of it; never in conformance.json.
+    golden: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
