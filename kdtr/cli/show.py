@@ -27,11 +27,11 @@ tree_accept / greedy_step case next to its obtained output.
 from __future__ import annotations
 
 import io
-import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import click
 import numpy as np
@@ -42,11 +42,22 @@ from rich.text import Text
 
 from kdtr import format as kformat
 from kdtr import report
+from kdtr.cli.show_tree import (
+    BONUS_STYLE,
+    DIFF_STYLE,
+    PATH_SHOW,
+    WARN_STYLE,
+    Marks,
+    PathIndex,
+    Scores,
+    Side,
+    _slot_list,
+    short,
+    tree_lines,
+    walk,
+)
 from kdtr.errors import KdtrError
 from kdtr.text import printable, terminal_columns
-
-from kdtr.cli.show_tree import (BONUS_STYLE, DIFF_STYLE, PATH_SHOW, WARN_STYLE, Marks, PathIndex, Scores, Side,
-                                _slot_list, short, tree_lines, walk)
 
 TREE_OPS = ("tree_build", "tree_accept", "greedy_step")
 BUILD_STATUS = {0: "OK", 1: "BAD_BUDGET", 2: "BAD_DEPTH_LIMIT", 3: "NON_FINITE", 4: "UNSORTED", 5: "DUPLICATE_ID",
