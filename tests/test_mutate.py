@@ -5,6 +5,7 @@ scoring, and one end-to-end run over a small catalogue whose outcomes are known.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -271,3 +272,26 @@ def test_sigterm_stops_the_run_promptly_and_writes_no_report(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert "mutation run stopped" in out
     assert not (rdir / "mutation.json").exists()
+
+
+@pytest.mark.slow  # the unmutated build when the sources changed (about 1 s when it is cached)
+def test_a_core_edit_recompiles_only_that_core_and_relinks_only_its_binaries(tmp_path):
+    """The per-mutant build cost: a tree_accept core mutant recompiles cpu_tree_accept.o
+    alone and relinks the two binaries that link it (kdtr_tree_accept, kdtr_greedy_step)."""
+    from kdtr.mutate import workspace
+
+    ws = mut.Workspace(REPO_ROOT, tmp_path)
+    assert ws.ops_of(TA) == ["tree_accept", "greedy_step"]
+    assert ws.ops_of("cuda_tests/kernels/tree_build.cuh") == ["tree_build", "greedy_step"]
+    d = ws.mutant_dir()
+    src = d / TA
+    src.write_text(src.read_text() + "\nstatic inline int kdtr_mutant_probe() { return 1; }\n")
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    outputs = [p.relative_to(d).as_posix() for p in sorted((d / "build").rglob("*"))
+               if p.suffix == ".o" or p.parent.name == "bin"]
+    before = {p: (d / p).stat().st_mtime_ns for p in outputs}
+    r = workspace._make(d, [workspace.binary(op) for op in mut.OPS], None)
+    assert r.returncode == 0, r.stderr
+    redone = sorted(p for p in outputs if (d / p).stat().st_mtime_ns != before[p])
+    assert redone == ["build/bin/kdtr_greedy_step", "build/bin/kdtr_tree_accept", "build/obj/cpu_tree_accept.o"]
