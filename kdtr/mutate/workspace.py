@@ -127,7 +127,7 @@ class Workspace:
 
     Raises:
         kdtr.fsutil.UnsafePath: (an OSError) the lock file is a link or not kdtr's.
-        RuntimeError: the unmutated build failed.
+        RuntimeError: the unmutated build failed, or make's graph names no source of a binary.
     """
 
     def __init__(self, root: Path, scratch: Path, cxxflags: str | None = None, cache_dir: Path | None = None) -> None:
@@ -147,6 +147,10 @@ class Workspace:
             os.close(lock)
         self.digests = {op: _digest(self.base / binary(op)) for op in OPS}
         self.deps: dict[str, set[str]] = {op: self.sources(self.graph, [op]) for op in OPS}
+        lost = [op for op in OPS if not any(n.startswith("cuda_tests/") for n in self.deps[op])]
+        if lost:  # never judge mutants against a graph that says a binary is built from nothing
+            raise RuntimeError(f"make's dependency graph ({self.base / _GRAPH_FILE}) lists no source of "
+                               f"{binary(lost[0])}: remove {self.base} and run again")
         self._file_digests: dict[str, str] = {}
         self._n = 0
         self._lock = threading.Lock()
