@@ -37,7 +37,7 @@ from .errors import KdtrError
 from .status import Status
 from .vouch import NotVouched, Vouch, changed, load_private, load_vouched
 
-__all__ = ["Golden", "GoldenError", "Verdict", "judge", "kernel_ran", "output_limit"]
+__all__ = ["Golden", "GoldenError", "Verdict", "judge", "kernel_ran", "output_limit", "read_output"]
 
 
 class GoldenError(ValueError):
@@ -195,6 +195,19 @@ def output_limit() -> int:
     return tensors + kformat.PREAMBLE_LEN + kformat.MAX_HEADER_LEN + kformat.ALIGNMENT * kformat.MAX_TENSORS
 
 
+def read_output(path: str | os.PathLike) -> kformat.KdtrFile:
+    """An obtained output file as :func:`judge` reads it: into private memory (never
+    mapped), at most :func:`output_limit` bytes, every CRC checked. Whoever draws or
+    reports an output next to its verdict reads it here, so both see the same bytes.
+
+    Raises:
+        kdtr.vouch.TooLarge: larger than :func:`output_limit` (not read).
+        KdtrError: not a valid KDTR file.
+        OSError: unreadable, not a regular file, or shrank while being read.
+    """
+    return load_private(path, output_limit(), "an output file (the binaries' output limit plus a header)")
+
+
 def kernel_ran(forced: str, ran: Any) -> bool:
     """Whether an output whose metadata ``kernel`` is ``ran`` came from the forced kernel
     ``forced``: the same name, or an instance of it (``mma_bf16_dqk576_dv512`` for ``mma``)."""
@@ -234,8 +247,7 @@ def judge(golden: Golden, obtained: str | os.PathLike | bytes | kformat.KdtrFile
             elif isinstance(obtained, (bytes, bytearray, memoryview)):
                 out = kformat.load_bytes(obtained)
             elif isinstance(obtained, (str, os.PathLike)):
-                out = load_private(obtained, output_limit(),
-                                   "an output file (the binaries' output limit plus a header)")
+                out = read_output(obtained)
             else:
                 raise TypeError(f"judge: obtained must be a path, bytes, a KdtrFile or a mapping of arrays, "
                                 f"not {type(obtained).__name__}")

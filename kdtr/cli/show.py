@@ -41,7 +41,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kdtr import format as kformat
-from kdtr import report
+from kdtr import judge, report
 from kdtr.cli.show_tree import (
     BONUS_STYLE,
     DIFF_STYLE,
@@ -57,6 +57,7 @@ from kdtr.cli.show_tree import (
     walk,
 )
 from kdtr.errors import KdtrError
+from kdtr.status import Status
 from kdtr.text import printable, terminal_columns
 
 TREE_OPS = ("tree_build", "tree_accept", "greedy_step")
@@ -328,9 +329,19 @@ def draw_side(op: str, side: Side, title: str, marked: Marks | None = None, bonu
 
 
 def render(golden: Any, request: int, output: Any | None = None, golden_name: str = "golden",
-           output_name: str = "output") -> Drawing:
-    """The drawing of request ``request`` of ``golden`` (a loaded KDTR file), with the
-    output file ``output`` next to it if given.
+           output_name: str = "output", verdict: judge.Verdict | None = None) -> Drawing:
+    """The drawing of request ``request`` of ``golden`` (a :class:`kdtr.judge.Golden`, or
+    any loaded KDTR file when there is no ``output``), with the output file ``output`` (a
+    loaded KDTR file) next to it if given.
+
+    Whether the output "matches expected" is the judge's verdict, never the drawing's:
+    ``verdict``, or :func:`kdtr.judge.judge` of ``output`` against ``golden``. Where the
+    drawn request shows no difference but the verdict is not PASS (another request, an
+    output the drawing does not show, a dtype, NaN), or it shows differences the verdict
+    does not fail (a contract that allows them) or fails otherwise (ERROR), a line gives
+    the verdict and its reason (:data:`VERDICT_SHOWN` characters at most). (The trees and
+    paths drawn are integer outputs, which every contract compares exactly: a difference
+    drawn is never a PASS.)
 
     Raises:
         ShowError: an op without a tree, a request out of range, or a tensor the drawing
@@ -360,16 +371,41 @@ def render(golden: Any, request: int, output: Any | None = None, golden_name: st
         raise ShowError(f"{golden_name} is op {op!r} but {output_name} is op {short(repr(output.metadata.get('op')))}")
     a = side_of(op, golden.tensors, request, out=output.tensors, where=output_name, golden_where=golden_name)
     d = diff_sides(e, a)
+    if verdict is None and isinstance(golden, judge.Golden):
+        verdict = judge.judge(golden, output)
+    said = _verdict_line(verdict, bool(d))
     if not d:
-        one = Group(draw_side(op, a, f"{title}: actual ({output_name}) matches expected"))
-        return Drawing(one, False, _width(one))
+        if said is None:
+            one = Group(draw_side(op, a, f"{title}: actual ({output_name}) matches expected"))
+            return Drawing(one, False, _width(one))
+        one = Group(draw_side(op, a, f"{title}: actual ({output_name}) draws the same as expected"), said)
+        return Drawing(one, True, _width(one))
     left = draw_side(op, e, f"{title} expected (golden)", d.expected, d.bonus)
     right = draw_side(op, a, f"{title} actual ({output_name})", d.actual, d.bonus)
     lines = [Text(f"✗ {d.count} difference(s) in request {request}:", style=DIFF_STYLE)]
     lines += [Text("  " + line) for line in d.lines]
     if d.count > len(d.lines):
         lines.append(Text(f"  ... {d.count - len(d.lines)} more"))
+    if said is not None:
+        lines.append(said)
     return Drawing(Group(*lines), True, _width(left) + _width(right) + SIDE_GAP, left, right)
+
+
+VERDICT_SHOWN = 1000
+
+
+def _verdict_line(verdict: judge.Verdict | None, differs: bool) -> Text | None:
+    """The judge's verdict as one line, or None where the drawing already says it (no
+    difference and PASS, differences and MISMATCH) or there is no verdict."""
+    if verdict is None:
+        return None
+    status = Status(verdict.status)
+    if (status == Status.PASS and not differs) or (status == Status.MISMATCH and differs):
+        return None
+    why = f": {short(verdict.reason, VERDICT_SHOWN)}" if verdict.reason else ""
+    return Text(f"{'✓' if status == Status.PASS else '✗'} verdict (kdtr.judge, as kdtr run and kdtr diff give it, "
+                f"over every request and output): {status}{why}",
+                style=BONUS_STYLE if status == Status.PASS else DIFF_STYLE)
 
 
 SIDE_GAP = 4
@@ -418,13 +454,29 @@ def svg_text(drawing: Drawing, title: str) -> str:
 # ---------------------------------------------------------------------------- command
 
 
-def _load(path: str) -> Any:
+def _refusal(path: str, exc: BaseException) -> ShowError:
+    if isinstance(exc, KdtrError):
+        return ShowError(f"{path}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, OSError):
+        return ShowError(f"{path}: {exc.strerror or exc}")
+    return ShowError(f"{path}: {exc}")
+
+
+def _load_golden(path: str) -> judge.Golden:
+    """The golden as the judge reads it (:meth:`kdtr.judge.Golden.read`: once, into private
+    memory, vouched for by this read, as ``kdtr diff`` reads it)."""
     try:
-        return kformat.load(path)
-    except KdtrError as exc:
-        raise ShowError(f"{path}: {type(exc).__name__}: {exc}") from None
-    except OSError as exc:
-        raise ShowError(f"{path}: {exc.strerror or exc}") from None
+        return judge.Golden.read(path, tier="file")
+    except judge.GoldenError as exc:
+        raise _refusal(path, exc.__cause__ or exc) from None
+
+
+def _load_output(path: str) -> kformat.KdtrFile:
+    """The output as the judge reads it (:func:`kdtr.judge.read_output`)."""
+    try:
+        return judge.read_output(path)
+    except (KdtrError, OSError) as exc:
+        raise _refusal(path, exc) from None
 
 
 def _fail(msg: str) -> None:
@@ -445,16 +497,11 @@ def show(golden, request, svg, output) -> None:
     score; the accepted path (✓) and bonus token; with --output, the differences (✗).
 
     Exit 0 once drawn (a difference is shown, not an exit status), 2 on a usage error."""
-    files = []
     try:
         if svg and not Path(svg).resolve().parent.is_dir():
             raise ShowError(f"--svg {svg}: its directory does not exist")
-        g = _load(golden)
-        files.append(g)
-        o = None
-        if output is not None:
-            o = _load(output)
-            files.append(o)
+        g = _load_golden(golden)
+        o = _load_output(output) if output is not None else None
         drawing = render(g, request, o, golden_name=golden, output_name=output or "")
         # A terminal keeps its width (the sides stacked if they do not fit); piped output
         # (CI logs, files) is as wide as the drawing needs, at least $COLUMNS or 160.
@@ -470,9 +517,6 @@ def show(golden, request, svg, output) -> None:
             console.print(f"wrote {printable(svg)}", markup=False, highlight=False)
     except ShowError as exc:
         _fail(str(exc))
-    finally:
-        for f in files:
-            f.close()
 
 
 # ---------------------------------------------------------------------------- report hook
@@ -495,14 +539,17 @@ def case_svg(result: Any) -> Path | None:
     if not out.is_file():
         return None
     svg = out.with_name(out.name[: -len(".kdtr")] + ".svg" if out.name.endswith(".kdtr") else out.name + ".svg")
-    # private copies (mmap=False): a file a binary truncates meanwhile is an error, never a SIGBUS;
-    # the golden is the one the case was judged against (kdtr.judge.Golden: the run's read)
-    g = getattr(result, "golden", None) or kformat.load(result.case.golden, mmap=False)
-    with kformat.load(out, mmap=False) as o:
-        request = _failing_request(result)
-        drawing = render(g, request, o, golden_name=str(result.case.golden), output_name=out.name)
-        data = svg_text(drawing, f"kdtr show {result.case.op}/{result.case.config} --request {request} "
-                                    f"--output {out.name}")
+    # private copies, as the judge reads them: a file a binary truncates meanwhile is an error,
+    # never a SIGBUS; the golden is the one the case was judged against (kdtr.judge.Golden: the
+    # run's read) and the verdict drawn is the case's
+    g = getattr(result, "golden", None) or judge.Golden.read(result.case.golden, tier="file")
+    status = getattr(result, "status", None)
+    verdict = judge.Verdict(status, getattr(result, "reason", "")) if status is not None else None
+    o = judge.read_output(out)
+    request = _failing_request(result)
+    drawing = render(g, request, o, golden_name=str(result.case.golden), output_name=out.name, verdict=verdict)
+    data = svg_text(drawing, f"kdtr show {result.case.op}/{result.case.config} --request {request} "
+                                f"--output {out.name}")
     kformat.atomic_write(svg, data.encode("utf-8"))
     return svg
 
