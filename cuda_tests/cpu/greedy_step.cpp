@@ -3,6 +3,7 @@
 // includes none of their cores).
 
 #include "greedy_step.cuh"
+
 #include "greedy_step_params.h"
 
 namespace kdtr {

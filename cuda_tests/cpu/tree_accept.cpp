@@ -2,6 +2,7 @@
 // object: the one translation unit of the binaries and the library that includes the core.
 
 #include "tree_accept.cuh"
+
 #include "tree_accept_params.h"
 
 namespace kdtr {

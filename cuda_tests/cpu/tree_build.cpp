@@ -3,6 +3,7 @@
 // edit of the core rebuilds this object and relinks, nothing else (docs/binaries.md).
 
 #include "tree_build.cuh"
+
 #include "tree_build_params.h"
 
 namespace kdtr {

@@ -2,6 +2,7 @@
 // object: the one translation unit of the binaries and the library that includes the core.
 
 #include "verify_attn.cuh"
+
 #include "verify_attn_params.h"
 
 namespace kdtr {

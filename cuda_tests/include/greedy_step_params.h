@@ -17,43 +17,43 @@
 /* The forcible kernels of the verify_attn stage (kernel = index + 1; 0 = auto). */
 #define KDTR_GREEDY_STEP_KERNEL_NAMES KDTR_VERIFY_ATTN_KERNEL_NAMES
 
-#define KDTR_GREEDY_STEP_PARAMS_FIELDS(X)                                            \
-  X(const float*, top_log_probs)         /* f32 [B,D,K] */                           \
-  X(const int64_t*, top_token_ids)       /* i64 [B,D,K] */                           \
-  X(const int64_t*, root_token_ids)      /* i64 [B] */                               \
-  X(const int32_t*, budget)              /* i32 [B] */                               \
-  X(const int32_t*, depth_limit)         /* i32 [B] */                               \
-  X(const void*, q)                      /* f32 or bf16 [B,T,H,Dqk] */               \
-  X(const void*, kv_cache)               /* q's dtype [B,S,Dqk] */                   \
-  X(const int32_t*, prefix_len)          /* i32 [B] */                               \
-  X(const int64_t*, target_predict)      /* i64 [B,T] */                             \
-  X(int32_t*, tree_build_node_count)     /* i32 [B] */                               \
-  X(int64_t*, tree_build_node_token_ids) /* i64 [B,T] */                             \
-  X(int32_t*, tree_build_node_depths)    /* i32 [B,T] */                             \
-  X(int32_t*, tree_build_parents)        /* i32 [B,T] */                             \
-  X(int32_t*, tree_build_next_token)     /* i32 [B,T] */                             \
-  X(int32_t*, tree_build_next_sibling)   /* i32 [B,T] */                             \
-  X(uint8_t*, tree_build_visibility)     /* u8 [B,T,T] */                            \
-  X(int32_t*, tree_build_status)         /* i32 [B] */                               \
-  X(float*, verify_attn_out)             /* f32 [B,T,H,d_v] */                       \
-  X(float*, verify_attn_lse)             /* f32 [B,T,H] */                           \
-  X(int32_t*, tree_accept_accepted_count) /* i32 [B] */                              \
-  X(int32_t*, tree_accept_accepted_path) /* i32 [B,T] */                             \
-  X(int64_t*, tree_accept_proposed)      /* i64 [B,T] */                             \
-  X(int32_t*, tree_accept_status)        /* i32 [B] */                               \
-  X(int32_t*, tree_len)                  /* i32 [B] workspace: node_count + 1 */     \
-  X(float, sm_scale)                                                                 \
-  X(int64_t, B)                                                                      \
-  X(int64_t, D)                                                                      \
-  X(int64_t, K)                                                                      \
-  X(int64_t, N)                          /* max_budget; T = N + 1 */                 \
-  X(int64_t, H)                                                                      \
-  X(int64_t, S)                                                                      \
-  X(int64_t, Dqk)                                                                    \
-  X(int64_t, d_v)                        /* the scalar input d_v */                  \
-  X(int32_t, dtype)                      /* KDTR_DTYPE_F32 (0) or KDTR_DTYPE_BF16 (1) */ \
-  X(int32_t, kernel)                     /* verify_attn's: KDTR_VERIFY_ATTN_* */     \
-  X(const char*, kernel_ran)             /* out: verify_attn's instance that ran */
+#define KDTR_GREEDY_STEP_PARAMS_FIELDS(X)                                         \
+  X(const float*, top_log_probs)          /* f32 [B,D,K] */                       \
+  X(const int64_t*, top_token_ids)        /* i64 [B,D,K] */                       \
+  X(const int64_t*, root_token_ids)       /* i64 [B] */                           \
+  X(const int32_t*, budget)               /* i32 [B] */                           \
+  X(const int32_t*, depth_limit)          /* i32 [B] */                           \
+  X(const void*, q)                       /* f32 or bf16 [B,T,H,Dqk] */           \
+  X(const void*, kv_cache)                /* q's dtype [B,S,Dqk] */               \
+  X(const int32_t*, prefix_len)           /* i32 [B] */                           \
+  X(const int64_t*, target_predict)       /* i64 [B,T] */                         \
+  X(int32_t*, tree_build_node_count)      /* i32 [B] */                           \
+  X(int64_t*, tree_build_node_token_ids)  /* i64 [B,T] */                         \
+  X(int32_t*, tree_build_node_depths)     /* i32 [B,T] */                         \
+  X(int32_t*, tree_build_parents)         /* i32 [B,T] */                         \
+  X(int32_t*, tree_build_next_token)      /* i32 [B,T] */                         \
+  X(int32_t*, tree_build_next_sibling)    /* i32 [B,T] */                         \
+  X(uint8_t*, tree_build_visibility)      /* u8 [B,T,T] */                        \
+  X(int32_t*, tree_build_status)          /* i32 [B] */                           \
+  X(float*, verify_attn_out)              /* f32 [B,T,H,d_v] */                   \
+  X(float*, verify_attn_lse)              /* f32 [B,T,H] */                       \
+  X(int32_t*, tree_accept_accepted_count) /* i32 [B] */                           \
+  X(int32_t*, tree_accept_accepted_path)  /* i32 [B,T] */                         \
+  X(int64_t*, tree_accept_proposed)       /* i64 [B,T] */                         \
+  X(int32_t*, tree_accept_status)         /* i32 [B] */                           \
+  X(int32_t*, tree_len)                   /* i32 [B] workspace: node_count + 1 */ \
+  X(float, sm_scale)                                                              \
+  X(int64_t, B)                                                                   \
+  X(int64_t, D)                                                                   \
+  X(int64_t, K)                                                                   \
+  X(int64_t, N) /* max_budget; T = N + 1 */                                       \
+  X(int64_t, H)                                                                   \
+  X(int64_t, S)                                                                   \
+  X(int64_t, Dqk)                                                                 \
+  X(int64_t, d_v)            /* the scalar input d_v */                           \
+  X(int32_t, dtype)          /* KDTR_DTYPE_F32 (0) or KDTR_DTYPE_BF16 (1) */      \
+  X(int32_t, kernel)         /* verify_attn's: KDTR_VERIFY_ATTN_* */              \
+  X(const char*, kernel_ran) /* out: verify_attn's instance that ran */
 
 typedef struct kdtr_greedy_step_params {
   KDTR_GREEDY_STEP_PARAMS_FIELDS(KDTR_ABI_DECLARE)

@@ -119,11 +119,10 @@ namespace detail {
 // plus the non-characters U+FFFE / U+FFFF.  Python's str.isprintable() is false for all
 // of them, so kdtr/text.py escapes them too.
 inline bool unprintable_code_point(uint32_t cp) {
-  static const uint32_t ranges[][2] = {
-      {0x80, 0xA0},     {0xAD, 0xAD},     {0x600, 0x605},   {0x61C, 0x61C},   {0x6DD, 0x6DD},
-      {0x70F, 0x70F},   {0x1680, 0x1680}, {0x180E, 0x180E}, {0x2000, 0x200F}, {0x2028, 0x202F},
-      {0x205F, 0x206F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB},
-      {0xFFFE, 0xFFFF}};
+  static const uint32_t ranges[][2] = {{0x80, 0xA0},     {0xAD, 0xAD},     {0x600, 0x605},   {0x61C, 0x61C},
+                                       {0x6DD, 0x6DD},   {0x70F, 0x70F},   {0x1680, 0x1680}, {0x180E, 0x180E},
+                                       {0x2000, 0x200F}, {0x2028, 0x202F}, {0x205F, 0x206F}, {0x3000, 0x3000},
+                                       {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0xFFFE, 0xFFFF}};
   for (const auto& r : ranges)
     if (cp >= r[0] && cp <= r[1]) return true;
   return false;
@@ -322,10 +321,19 @@ inline bool is_valid_dtype_code(uint8_t code) { return code >= 1 && code <= 13; 
 // Bytes per element; 0 for a code outside the table.
 inline size_t dtype_itemsize(DType dt) {
   switch (dt) {
-    case DType::Bool: case DType::U8: case DType::I8: return 1;
-    case DType::I16: case DType::U16: case DType::F16: case DType::BF16: return 2;
-    case DType::I32: case DType::U32: case DType::F32: return 4;
-    case DType::I64: case DType::U64: case DType::F64: return 8;
+    case DType::Bool:
+    case DType::U8:
+    case DType::I8: return 1;
+    case DType::I16:
+    case DType::U16:
+    case DType::F16:
+    case DType::BF16: return 2;
+    case DType::I32:
+    case DType::U32:
+    case DType::F32: return 4;
+    case DType::I64:
+    case DType::U64:
+    case DType::F64: return 8;
   }
   return 0;
 }
@@ -385,13 +393,22 @@ inline bool valid_utf8(const uint8_t* s, uint64_t n) {
   uint64_t i = 0;
   while (i < n) {
     const uint8_t c = s[i];
-    if (c < 0x80) { ++i; continue; }
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
     uint64_t len;
     uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0Fu; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; }
-    else return false;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1Fu;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0Fu;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07u;
+    } else return false;
     if (n - i < len) return false;
     for (uint64_t k = 1; k < len; ++k) {
       const uint8_t b = s[i + k];
@@ -427,9 +444,7 @@ inline uint32_t crc32_zlib(const uint8_t* p, uint64_t n) {
 // (polynomial 0xEDB88320 reflected, initial and final XOR 0xFFFFFFFF applied inside, a
 // 64-bit length), so crc32_gzip_refl(0, p, n) == crc32(0, p, n) for every input
 // (tests/test_format_fast.py checks it).  Not crc32_ieee: that is the unreflected CRC.
-inline uint32_t crc32_isal(const uint8_t* p, uint64_t n) {
-  return ::crc32_gzip_refl(0, p, n);
-}
+inline uint32_t crc32_isal(const uint8_t* p, uint64_t n) { return ::crc32_gzip_refl(0, p, n); }
 #endif
 
 // One thread's CRC-32: ISA-L's where the build found it, else zlib's.
@@ -520,8 +535,7 @@ inline std::string shape_str(const std::vector<uint64_t>& shape) {
 // nonzero dims, then times the itemsize.  Returns false when it does (SizeOverflow).
 // Otherwise *numel = product(shape) and *nbytes = product(shape) x itemsize, both 0 when a
 // dim is 0, and both fit in int64_t.
-inline bool checked_nbytes(const std::vector<uint64_t>& shape, uint64_t itemsize, uint64_t* numel,
-                           uint64_t* nbytes) {
+inline bool checked_nbytes(const std::vector<uint64_t>& shape, uint64_t itemsize, uint64_t* numel, uint64_t* nbytes) {
   constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   uint64_t n = 1;
   bool empty = false;
@@ -584,8 +598,7 @@ inline std::shared_ptr<Storage> map_file(const std::string& path) {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  if (::fstat(fd, &sb) != 0)
-    throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "cannot stat: " + errno_text(errno));
+  if (::fstat(fd, &sb) != 0) throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "cannot stat: " + errno_text(errno));
   if (!S_ISREG(sb.st_mode))
     throw Error(ErrorCode::Io, path, "file", NO_OFFSET,
                 std::string("not a regular file (") + file_type_text(sb.st_mode) + ")");
@@ -607,8 +620,7 @@ inline std::shared_ptr<Storage> map_file(const std::string& path) {
   st->owned.resize(static_cast<size_t>(size));
   uint64_t got = 0;
   while (got < size) {
-    const ssize_t r = ::pread(fd, st->owned.data() + got, static_cast<size_t>(size - got),
-                              static_cast<off_t>(got));
+    const ssize_t r = ::pread(fd, st->owned.data() + got, static_cast<size_t>(size - got), static_cast<off_t>(got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "cannot read: " + errno_text(errno));
     if (r == 0) throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "file shrank while reading");
@@ -669,11 +681,11 @@ struct TensorView {
   template <class T>
   const T* as(DType expected) const {
     if (dtype != expected || sizeof(T) != dtype_itemsize(expected))
-      throw Error(ErrorCode::WrongDtype, file, name, NO_OFFSET,
-                  std::string("tensor has dtype ") + dtype_name(dtype) + ", expected " + dtype_name(expected) +
-                      (sizeof(T) != dtype_itemsize(expected)
-                           ? " (read through a " + std::to_string(sizeof(T)) + "-byte type)"
-                           : std::string()));
+      throw Error(
+          ErrorCode::WrongDtype, file, name, NO_OFFSET,
+          std::string("tensor has dtype ") + dtype_name(dtype) + ", expected " + dtype_name(expected) +
+              (sizeof(T) != dtype_itemsize(expected) ? " (read through a " + std::to_string(sizeof(T)) + "-byte type)"
+                                                     : std::string()));
     return reinterpret_cast<const T*>(data);
   }
 };
@@ -716,8 +728,7 @@ class File {
   }
 
   // Validate an in-memory file image; `label` stands for the path in errors.
-  static File from_bytes(std::vector<uint8_t> bytes, const std::string& label = "<bytes>",
-                         bool verify = true) {
+  static File from_bytes(std::vector<uint8_t> bytes, const std::string& label = "<bytes>", bool verify = true) {
     File f;
     f.path_ = label;
     auto st = std::make_shared<detail::Storage>();
@@ -780,9 +791,7 @@ class File {
 
   // Metadata by key, and in file order.
   const std::map<std::string, MetaValue>& metadata() const { return metadata_; }
-  const std::vector<std::pair<std::string, MetaValue>>& metadata_entries() const {
-    return metadata_entries_;
-  }
+  const std::vector<std::pair<std::string, MetaValue>>& metadata_entries() const { return metadata_entries_; }
   // The value of `key`, or nullptr.
   const MetaValue* find_metadata(const std::string& key) const {
     auto it = metadata_.find(key);
@@ -822,8 +831,7 @@ class File {
     const std::string& path_;
   };
 
-  [[noreturn]] void fail(ErrorCode code, const std::string& field, uint64_t offset,
-                         const std::string& detail) const {
+  [[noreturn]] void fail(ErrorCode code, const std::string& field, uint64_t offset, const std::string& detail) const {
     throw Error(code, path_, field, offset, detail);
   }
 
@@ -869,16 +877,24 @@ class File {
   uint64_t parse_preamble() {
     const uint8_t* d = storage_->data;
     const uint64_t size = storage_->size;
-    if (size < 8) fail(ErrorCode::Truncated, "magic", 0, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
-    if (std::memcmp(d, MAGIC, 8) != 0) fail(ErrorCode::BadMagic, "magic", 0, "not a KDTR file (expected bytes 89 4B 44 54 52 0D 0A 1A)");
-    if (size < 10) fail(ErrorCode::Truncated, "version_major", 8, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
+    if (size < 8)
+      fail(ErrorCode::Truncated, "magic", 0, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
+    if (std::memcmp(d, MAGIC, 8) != 0)
+      fail(ErrorCode::BadMagic, "magic", 0, "not a KDTR file (expected bytes 89 4B 44 54 52 0D 0A 1A)");
+    if (size < 10)
+      fail(ErrorCode::Truncated, "version_major", 8,
+           "file has " + std::to_string(size) + " bytes; the preamble needs 16");
     version_major_ = static_cast<uint16_t>(detail::load_le(d + 8, 2));
     if (version_major_ != VERSION_MAJOR)
       fail(ErrorCode::UnsupportedVersion, "version_major", 8,
            "major version " + std::to_string(version_major_) + " is not supported (this reader reads 1)");
-    if (size < 12) fail(ErrorCode::Truncated, "version_minor", 10, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
+    if (size < 12)
+      fail(ErrorCode::Truncated, "version_minor", 10,
+           "file has " + std::to_string(size) + " bytes; the preamble needs 16");
     version_minor_ = static_cast<uint16_t>(detail::load_le(d + 10, 2));
-    if (size < 16) fail(ErrorCode::Truncated, "header_len", 12, "file has " + std::to_string(size) + " bytes; the preamble needs 16");
+    if (size < 16)
+      fail(ErrorCode::Truncated, "header_len", 12,
+           "file has " + std::to_string(size) + " bytes; the preamble needs 16");
     const uint64_t hl = detail::load_le(d + 12, 4);
     if (hl < MIN_HEADER_LEN)
       fail(ErrorCode::Truncated, "header_len", 12, std::to_string(hl) + " is below the minimum header length 12");
@@ -887,8 +903,8 @@ class File {
            std::to_string(hl) + " exceeds MAX_HEADER_LEN (16777216 bytes)");
     if (PREAMBLE_LEN + hl > size)
       fail(ErrorCode::HeaderPastEnd, "header_len", 12,
-           "header ends at offset " + std::to_string(PREAMBLE_LEN + hl) + " but the file has " +
-               std::to_string(size) + " bytes");
+           "header ends at offset " + std::to_string(PREAMBLE_LEN + hl) + " but the file has " + std::to_string(size) +
+               " bytes");
     header_len_ = static_cast<uint32_t>(hl);
     return PREAMBLE_LEN + hl;
   }
@@ -938,9 +954,9 @@ class File {
     t.name.assign(reinterpret_cast<const char*>(d + at_name), name_len);
     t.file = path_;
     if (index_.count(t.name))
-      fail(ErrorCode::DuplicateName, ti + ".name", at_name,
-           "tensor name " + detail::quoted(t.name) + " already used by tensors[" +
-               std::to_string(index_[t.name]) + "]");
+      fail(
+          ErrorCode::DuplicateName, ti + ".name", at_name,
+          "tensor name " + detail::quoted(t.name) + " already used by tensors[" + std::to_string(index_[t.name]) + "]");
     const std::string who = " (tensor " + detail::quoted(t.name) + ")";
 
     const uint64_t at_dt = cur.pos();
@@ -1018,7 +1034,8 @@ class File {
     const uint64_t at_kl = cur.pos();
     const uint64_t key_len = cur.uint(2, [&] { return mj + ".key_len"; });
     if (key_len == 0 || key_len > MAX_NAME_LEN)
-      fail(ErrorCode::BadName, mj + ".key_len", at_kl, "key length " + std::to_string(key_len) + " is outside [1, 255]");
+      fail(ErrorCode::BadName, mj + ".key_len", at_kl,
+           "key length " + std::to_string(key_len) + " is outside [1, 255]");
     const uint64_t at_key = cur.take(key_len, [&] { return mj + ".key"; });
     if (!detail::valid_utf8(d + at_key, key_len))
       fail(ErrorCode::BadName, mj + ".key", at_key, "key is not valid UTF-8");
@@ -1033,9 +1050,7 @@ class File {
     const uint64_t at_val = cur.pos();
     auto value_field = [&] { return mk; };
     switch (type) {
-      case 1:
-        value.emplace<int64_t>(static_cast<int64_t>(cur.uint(8, value_field)));
-        break;
+      case 1: value.emplace<int64_t>(static_cast<int64_t>(cur.uint(8, value_field))); break;
       case 2: {
         const uint64_t bits = cur.uint(8, value_field);
         double x;
@@ -1073,7 +1088,8 @@ class File {
   void check_extension(const Cursor& cur, uint64_t body_end) const {
     if (cur.pos() < body_end && version_minor_ == 0)
       fail(ErrorCode::ExtensionInV10, "extension", cur.pos(),
-           std::to_string(body_end - cur.pos()) + " bytes between the last metadata entry and header_crc32 in a 1.0 file");
+           std::to_string(body_end - cur.pos()) +
+               " bytes between the last metadata entry and header_crc32 in a 1.0 file");
   }
 
   // The data region (docs/kdtr-format.md section 1.5): padding bytes are zero, then no
@@ -1088,8 +1104,7 @@ class File {
     auto check_zero = [&](uint64_t from, uint64_t to) {
       for (uint64_t k = from; k < to; ++k)
         if (d[k] != 0)
-          fail(ErrorCode::NonZeroPadding, "padding", k,
-               "padding byte is " + std::to_string(d[k]) + ", must be 0");
+          fail(ErrorCode::NonZeroPadding, "padding", k, "padding byte is " + std::to_string(d[k]) + ", must be 0");
     };
     for (const auto& r : ranges) {  // ordered by start, disjoint
       check_zero(pos, r.first);
@@ -1147,8 +1162,7 @@ class Writer {
   // DuplicateName, UnknownDtype, TooManyDims, TooManyTensors, SizeOverflow,
   // NbytesMismatch (nbytes != product(shape) x itemsize), BadBoolValue (a bool byte
   // other than 0/1), InvalidArgument (null data with nbytes > 0).
-  void add(const std::string& name, DType dtype, std::vector<uint64_t> shape, const void* data,
-           size_t nbytes) {
+  void add(const std::string& name, DType dtype, std::vector<uint64_t> shape, const void* data, size_t nbytes) {
     const std::string field = name.empty() ? std::string("<empty name>") : name;
     check_name(name, "tensor name");
     for (const Entry& e : tensors_)
@@ -1281,7 +1295,9 @@ class Writer {
       fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd < 0 && errno != EEXIST) break;
     }
-    if (fd < 0) throw Error(ErrorCode::Io, path, "file", NO_OFFSET, "cannot create temporary file " + tmp + ": " + detail::errno_text(errno));
+    if (fd < 0)
+      throw Error(ErrorCode::Io, path, "file", NO_OFFSET,
+                  "cannot create temporary file " + tmp + ": " + detail::errno_text(errno));
 
     auto fail_io = [&](const char* what) {
       const int err = errno;
@@ -1355,7 +1371,8 @@ class Writer {
     for (const auto& kv : metadata_) {
       hl += 2 + kv.first.size() + 1;
       switch (kv.second.index()) {
-        case 0: case 1: hl += 8; break;
+        case 0:
+        case 1: hl += 8; break;
         case 2: hl += 4 + std::get<std::string>(kv.second).size(); break;
         default: hl += 1; break;
       }
@@ -1398,9 +1415,7 @@ class Writer {
       out.insert(out.end(), kv.first.begin(), kv.first.end());
       detail::store_le(out, meta_type_code(kv.second), 1);
       switch (kv.second.index()) {
-        case 0:
-          detail::store_le(out, static_cast<uint64_t>(std::get<int64_t>(kv.second)), 8);
-          break;
+        case 0: detail::store_le(out, static_cast<uint64_t>(std::get<int64_t>(kv.second)), 8); break;
         case 1: {
           uint64_t bits;
           const double x = std::get<double>(kv.second);
@@ -1414,9 +1429,7 @@ class Writer {
           out.insert(out.end(), s.begin(), s.end());
           break;
         }
-        default:
-          detail::store_le(out, std::get<bool>(kv.second) ? 1 : 0, 1);
-          break;
+        default: detail::store_le(out, std::get<bool>(kv.second) ? 1 : 0, 1); break;
       }
     }
     detail::store_le(out, detail::crc32_bytes(out.data(), out.size()), 4);

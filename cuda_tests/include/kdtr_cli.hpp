@@ -80,20 +80,21 @@ class Failure : public std::exception {
 
 // Parsed command line.  Options take a value as "--opt VALUE" or "--opt=VALUE".
 struct Args {
-  std::string prog;            // binary name for messages, e.g. "kdtr_tree_accept"
-  std::string input;           // --input GOLDEN (required)
-  std::string output;          // --output OUT (required)
-  std::string backend = "cpu"; // --backend cpu|cuda
-  int device = 0;              // --device N (>= 0; CUDA only)
-  int repeat = 0;              // --repeat N (>= 1 when given; 0 = no timing)
-  std::map<std::string, std::string> extra;  // values of the op-specific options
-  bool batch = false;          // --batch: run every (input, output) pair of `items`
+  std::string prog;                                        // binary name for messages, e.g. "kdtr_tree_accept"
+  std::string input;                                       // --input GOLDEN (required)
+  std::string output;                                      // --output OUT (required)
+  std::string backend = "cpu";                             // --backend cpu|cuda
+  int device = 0;                                          // --device N (>= 0; CUDA only)
+  int repeat = 0;                                          // --repeat N (>= 1 when given; 0 = no timing)
+  std::map<std::string, std::string> extra;                // values of the op-specific options
+  bool batch = false;                                      // --batch: run every (input, output) pair of `items`
   std::vector<std::pair<std::string, std::string>> items;  // batch mode: the pairs, in order
 
   bool cuda() const { return backend == "cuda"; }
 
   static std::string usage(const std::string& prog, const std::vector<std::string>& extra_options = {}) {
-    std::string u = "usage: " + prog + " [--batch] --input GOLDEN --output OUT [--input GOLDEN --output OUT ...]"
+    std::string u = "usage: " + prog +
+                    " [--batch] --input GOLDEN --output OUT [--input GOLDEN --output OUT ...]"
                     " [--backend cpu|cuda] [--device N] [--repeat N]";
     for (const std::string& o : extra_options) u += " [--" + o + " VALUE]";
     return u;
@@ -101,12 +102,12 @@ struct Args {
 
   // Parse argv.  Bad arguments -> die(EXIT_USAGE).  "--help"/"-h" prints usage to stdout
   // (and, where the op gives `describe`, a line on --describe) and exits 0; "--describe"
-  // prints `describe` (the op's parameter struct as JSON, kdtr_describe.hpp) and exits 0.  `extra_options` names additional value options (without "--") that
-  // an op accepts; their values land in `extra`.  With --batch, --input and --output may
-  // repeat: the k-th --input pairs with the k-th --output (`items`); `input`/`output`
-  // hold the first pair.  Every output must differ from every input and from each other.
-  static Args parse(int argc, char** argv, const std::string& prog,
-                    const std::vector<std::string>& extra_options = {}, const std::string& describe = "") {
+  // prints `describe` (the op's parameter struct as JSON, kdtr_describe.hpp) and exits 0.  `extra_options` names
+  // additional value options (without "--") that an op accepts; their values land in `extra`.  With --batch, --input
+  // and --output may repeat: the k-th --input pairs with the k-th --output (`items`); `input`/`output` hold the first
+  // pair.  Every output must differ from every input and from each other.
+  static Args parse(int argc, char** argv, const std::string& prog, const std::vector<std::string>& extra_options = {},
+                    const std::string& describe = "") {
     Args a;
     a.prog = prog;
     const std::set<std::string> extras(extra_options.begin(), extra_options.end());
@@ -147,7 +148,8 @@ struct Args {
       }
       const bool repeatable = a.batch && (name == "input" || name == "output");
       if (seen.count(name) && !repeatable)
-        bad("option --" + name + " given twice" + (name == "input" || name == "output" ? " (several goldens need --batch)" : ""));
+        bad("option --" + name + " given twice" +
+            (name == "input" || name == "output" ? " (several goldens need --batch)" : ""));
       seen.insert(name);
       if (name == "input") inputs.push_back(value);
       else if (name == "output") outputs.push_back(value);
@@ -394,8 +396,8 @@ inline uint64_t byte_limit(const char* env, uint64_t dflt) {
   char* end = nullptr;
   const unsigned long long v = digits ? std::strtoull(s, &end, 10) : 0;
   if (!digits || errno != 0 || end == nullptr || *end != '\0')
-    die(EXIT_USAGE, std::string("environment ") + env + "='" + s +
-                        "': not a byte count (a decimal integer, e.g. " + std::to_string(dflt) + ")");
+    die(EXIT_USAGE, std::string("environment ") + env + "='" + s + "': not a byte count (a decimal integer, e.g. " +
+                        std::to_string(dflt) + ")");
   return static_cast<uint64_t>(v);
 }
 
@@ -415,14 +417,12 @@ inline void require_within_limit(const File& g, const std::string& field, const 
 }
 
 // The output tensors of one run, all together, against kMaxOutputBytes ($KDTR_MAX_OUTPUT_BYTES).
-inline void require_output_bytes(const File& g, const std::string& field, const Bytes& need,
-                                 const std::string& dims) {
+inline void require_output_bytes(const File& g, const std::string& field, const Bytes& need, const std::string& dims) {
   require_within_limit(g, field, "outputs", need, dims, kMaxOutputBytesEnv, kMaxOutputBytes);
 }
 
 // The CPU backend's working memory, against kMaxScratchBytes ($KDTR_MAX_SCRATCH_BYTES).
-inline void require_scratch_bytes(const File& g, const std::string& field, const Bytes& need,
-                                  const std::string& dims) {
+inline void require_scratch_bytes(const File& g, const std::string& field, const Bytes& need, const std::string& dims) {
   require_within_limit(g, field, "CPU backend scratch", need, dims, kMaxScratchBytesEnv, kMaxScratchBytes);
 }
 
@@ -435,8 +435,8 @@ inline void require_scratch_bytes(const File& g, const std::string& field, const
 // log-probs, `select_bytes`.  Allocated once, whatever B (also for B = 0).
 inline Bytes tree_build_scratch_bytes(uint64_t N, uint64_t D, size_t candidate_size, Bytes select_bytes) {
   const uint64_t T = N + 1;
-  return Bytes::product({T, candidate_size}) + Bytes::product({T, 5 * 4}) +
-         Bytes::product({std::min(D, N) + 1, 4}) + select_bytes;
+  return Bytes::product({T, candidate_size}) + Bytes::product({T, 5 * 4}) + Bytes::product({std::min(D, N) + 1, 4}) +
+         select_bytes;
 }
 
 // Bytes of the CPU verify_attn's scratch for one request attending to at most L keys
@@ -450,8 +450,8 @@ inline Bytes verify_attn_scratch_bytes(uint64_t L, uint64_t Dqk, uint64_t d_v) {
 inline void require_dim_at_most(const File& f, const std::string& tensor, uint64_t value, uint64_t max,
                                 const char* what) {
   if (value > max)
-    die(EXIT_USAGE, f.path() + ": " + tensor + ": " + what + " " + std::to_string(value) + " exceeds " +
-                        std::to_string(max));
+    die(EXIT_USAGE,
+        f.path() + ": " + tensor + ": " + what + " " + std::to_string(value) + " exceeds " + std::to_string(max));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -505,7 +505,8 @@ inline constexpr bool kHaveCuda = false;
 
 // --backend cuda in a build without CUDA -> exit 3.
 inline void require_backend(const Args& args) {
-  if (args.cuda()) die(EXIT_NOT_SUPPORTED, "backend cuda not supported: this binary was built without CUDA (NO_CUDA / no nvcc)");
+  if (args.cuda())
+    die(EXIT_NOT_SUPPORTED, "backend cuda not supported: this binary was built without CUDA (NO_CUDA / no nvcc)");
 }
 
 inline std::string device_name(const Args&) { return "cpu"; }
@@ -521,19 +522,19 @@ inline std::string cuda_error_text(cudaError_t err, const char* expr, const char
 }
 
 // Check a CUDA runtime call; on error die(EXIT_RUNTIME) with file:line and the error string.
-#define KDTR_CUDA_CHECK(expr)                                                                        \
-  do {                                                                                               \
-    const cudaError_t kdtr_cuda_err_ = (expr);                                                       \
-    if (kdtr_cuda_err_ != cudaSuccess)                                                               \
-      ::kdtr::cli::die(::kdtr::cli::EXIT_RUNTIME,                                                    \
-                       ::kdtr::cli::cuda_error_text(kdtr_cuda_err_, #expr, __FILE__, __LINE__));    \
+#define KDTR_CUDA_CHECK(expr)                                                                    \
+  do {                                                                                           \
+    const cudaError_t kdtr_cuda_err_ = (expr);                                                   \
+    if (kdtr_cuda_err_ != cudaSuccess)                                                           \
+      ::kdtr::cli::die(::kdtr::cli::EXIT_RUNTIME,                                                \
+                       ::kdtr::cli::cuda_error_text(kdtr_cuda_err_, #expr, __FILE__, __LINE__)); \
   } while (0)
 
 // After a kernel launch: the launch error, then the execution error (synchronizes the device).
-#define KDTR_CUDA_CHECK_LAUNCH()                     \
-  do {                                               \
-    KDTR_CUDA_CHECK(cudaGetLastError());             \
-    KDTR_CUDA_CHECK(cudaDeviceSynchronize());        \
+#define KDTR_CUDA_CHECK_LAUNCH()              \
+  do {                                        \
+    KDTR_CUDA_CHECK(cudaGetLastError());      \
+    KDTR_CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
 
 // Select --device for --backend cuda: no usable driver/device or an out-of-range index

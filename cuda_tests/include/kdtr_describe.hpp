@@ -48,14 +48,30 @@ inline const OpLayout* layout(const std::string& op) {
 #define KDTR_TA(type, name) KDTR_ABI_DESCRIBE_FIELD(kdtr_tree_accept_params, type, name)
 #define KDTR_GS(type, name) KDTR_ABI_DESCRIBE_FIELD(kdtr_greedy_step_params, type, name)
   static const std::vector<OpLayout> all = {
-      {"tree_build", "kdtr_tree_build_params", sizeof(kdtr_tree_build_params), alignof(kdtr_tree_build_params),
-       {KDTR_TREE_BUILD_PARAMS_FIELDS(KDTR_TB)}, {KDTR_TREE_BUILD_KERNEL_NAMES}},
-      {"verify_attn", "kdtr_verify_attn_params", sizeof(kdtr_verify_attn_params), alignof(kdtr_verify_attn_params),
-       {KDTR_VERIFY_ATTN_PARAMS_FIELDS(KDTR_VA)}, {KDTR_VERIFY_ATTN_KERNEL_NAMES}},
-      {"tree_accept", "kdtr_tree_accept_params", sizeof(kdtr_tree_accept_params), alignof(kdtr_tree_accept_params),
-       {KDTR_TREE_ACCEPT_PARAMS_FIELDS(KDTR_TA)}, {}},
-      {"greedy_step", "kdtr_greedy_step_params", sizeof(kdtr_greedy_step_params), alignof(kdtr_greedy_step_params),
-       {KDTR_GREEDY_STEP_PARAMS_FIELDS(KDTR_GS)}, {KDTR_GREEDY_STEP_KERNEL_NAMES}},
+      {"tree_build",
+       "kdtr_tree_build_params",
+       sizeof(kdtr_tree_build_params),
+       alignof(kdtr_tree_build_params),
+       {KDTR_TREE_BUILD_PARAMS_FIELDS(KDTR_TB)},
+       {KDTR_TREE_BUILD_KERNEL_NAMES}},
+      {"verify_attn",
+       "kdtr_verify_attn_params",
+       sizeof(kdtr_verify_attn_params),
+       alignof(kdtr_verify_attn_params),
+       {KDTR_VERIFY_ATTN_PARAMS_FIELDS(KDTR_VA)},
+       {KDTR_VERIFY_ATTN_KERNEL_NAMES}},
+      {"tree_accept",
+       "kdtr_tree_accept_params",
+       sizeof(kdtr_tree_accept_params),
+       alignof(kdtr_tree_accept_params),
+       {KDTR_TREE_ACCEPT_PARAMS_FIELDS(KDTR_TA)},
+       {}},
+      {"greedy_step",
+       "kdtr_greedy_step_params",
+       sizeof(kdtr_greedy_step_params),
+       alignof(kdtr_greedy_step_params),
+       {KDTR_GREEDY_STEP_PARAMS_FIELDS(KDTR_GS)},
+       {KDTR_GREEDY_STEP_KERNEL_NAMES}},
   };
 #undef KDTR_TB
 #undef KDTR_VA

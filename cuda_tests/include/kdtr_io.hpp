@@ -177,8 +177,8 @@ class Inputs : public TensorList {
     const bool none_known = std::all_of(want.begin(), want.end(), [](int64_t w) { return w == -1; });
     if (t.rank_names_dims && none_known && v.shape.size() != t.dims.size())
       throw Error(ErrorCode::WrongShape, g_.path(), v.name, NO_OFFSET,
-                  "tensor has " + std::to_string(v.shape.size()) + " dims, expected " +
-                      std::to_string(t.dims.size()) + " [" + detail::join(t.dims, ",") + "]");
+                  "tensor has " + std::to_string(v.shape.size()) + " dims, expected " + std::to_string(t.dims.size()) +
+                      " [" + detail::join(t.dims, ",") + "]");
     detail::get_checked(g_, t.name, want, dt);
     // Each dim against its bound, once: where it first shows in a tensor; then products.
     for (size_t k = 0; k < t.dims.size(); ++k) {
@@ -363,7 +363,8 @@ inline std::string verify_attn_kernel_option(const cli::Args& args, const std::s
     cli::die(cli::EXIT_USAGE,
              "--kernel must be auto, simt, mma or wgmma, not '" + k + "'; " + cli::Args::usage(prog, {"kernel"}));
   if (k != "auto" && !args.cuda())
-    cli::die(cli::EXIT_USAGE, "--kernel " + k + " applies to --backend cuda only; " + cli::Args::usage(prog, {"kernel"}));
+    cli::die(cli::EXIT_USAGE,
+             "--kernel " + k + " applies to --backend cuda only; " + cli::Args::usage(prog, {"kernel"}));
   return k;
 }
 

@@ -32,7 +32,7 @@ namespace ops {
 
 constexpr uint64_t kMaxIndexDim = 0x7fffffffULL;  // tree_build: B (one block per request), D, K
 constexpr uint64_t kMaxAttnDim = static_cast<uint64_t>(kVerifyAttnMaxDim);  // verify_attn: int in-request indices
-constexpr uint64_t kMaxRowDim = static_cast<uint64_t>(INT64_MAX) / 2;  // tree_accept: int64 row offsets b * T
+constexpr uint64_t kMaxRowDim = static_cast<uint64_t>(INT64_MAX) / 2;       // tree_accept: int64 row offsets b * T
 
 // ---------------------------------------------------------------------------------------
 // The table
@@ -43,8 +43,8 @@ constexpr uint64_t kMaxRowDim = static_cast<uint64_t>(INT64_MAX) / 2;  // tree_a
 enum class DtypeRule : uint8_t { Fixed, Float, SameFloat };
 
 struct TensorDecl {
-  const char* name;              // "input.<name>" (inputs) or the bare output name
-  DType dtype;                   // for DtypeRule::Fixed
+  const char* name;               // "input.<name>" (inputs) or the bare output name
+  DType dtype;                    // for DtypeRule::Fixed
   std::vector<const char*> dims;  // named dims; empty for a scalar
   DtypeRule rule = DtypeRule::Fixed;
   // A wrong rank while none of the dims is known yet is reported as "tensor has <n> dims,
@@ -67,44 +67,42 @@ struct OpDecl {
 };
 
 inline const OpDecl& tree_build_decl() {
-  static const OpDecl op{
-      "tree_build",
-      {{{"B"}, kMaxIndexDim}, {{"D"}, kMaxIndexDim}, {{"K"}, kMaxIndexDim}},
-      {{"input.top_log_probs", DType::F32, {"B", "D", "K"}},
-       {"input.top_token_ids", DType::I64, {"B", "D", "K"}},
-       {"input.root_token_ids", DType::I64, {"B"}},
-       {"input.budget", DType::I32, {"B"}},
-       {"input.depth_limit", DType::I32, {"B"}}},
-      true,
-      {{"node_count", DType::I32, {"B"}},
-       {"node_token_ids", DType::I64, {"B", "T"}},
-       {"node_depths", DType::I32, {"B", "T"}},
-       {"parents", DType::I32, {"B", "T"}},
-       {"next_token", DType::I32, {"B", "T"}},
-       {"next_sibling", DType::I32, {"B", "T"}},
-       {"visibility", DType::U8, {"B", "T", "T"}},
-       {"status", DType::I32, {"B"}}}};
+  static const OpDecl op{"tree_build",
+                         {{{"B"}, kMaxIndexDim}, {{"D"}, kMaxIndexDim}, {{"K"}, kMaxIndexDim}},
+                         {{"input.top_log_probs", DType::F32, {"B", "D", "K"}},
+                          {"input.top_token_ids", DType::I64, {"B", "D", "K"}},
+                          {"input.root_token_ids", DType::I64, {"B"}},
+                          {"input.budget", DType::I32, {"B"}},
+                          {"input.depth_limit", DType::I32, {"B"}}},
+                         true,
+                         {{"node_count", DType::I32, {"B"}},
+                          {"node_token_ids", DType::I64, {"B", "T"}},
+                          {"node_depths", DType::I32, {"B", "T"}},
+                          {"parents", DType::I32, {"B", "T"}},
+                          {"next_token", DType::I32, {"B", "T"}},
+                          {"next_sibling", DType::I32, {"B", "T"}},
+                          {"visibility", DType::U8, {"B", "T", "T"}},
+                          {"status", DType::I32, {"B"}}}};
   return op;
 }
 
 inline const OpDecl& verify_attn_decl() {
-  static const OpDecl op{
-      "verify_attn",
-      {{{"B"}, kMaxAttnDim},
-       {{"T"}, kMaxAttnDim},
-       {{"H"}, kMaxAttnDim},
-       {{"Dqk"}, kMaxAttnDim},
-       {{"T", "H"}, kMaxAttnDim},
-       {{"S"}, kMaxAttnDim}},
-      {{"input.q", DType::F32, {"B", "T", "H", "Dqk"}, DtypeRule::Float, true},
-       {"input.kv_cache", DType::F32, {"B", "S", "Dqk"}, DtypeRule::SameFloat},
-       {"input.prefix_len", DType::I32, {"B"}},
-       {"input.tree_len", DType::I32, {"B"}},
-       {"input.visibility", DType::U8, {"B", "T", "T"}},
-       {"input.sm_scale", DType::F32, {}},
-       {"input.d_v", DType::I32, {}}},
-      false,
-      {{"out", DType::F32, {"B", "T", "H", "d_v"}}, {"lse", DType::F32, {"B", "T", "H"}}}};
+  static const OpDecl op{"verify_attn",
+                         {{{"B"}, kMaxAttnDim},
+                          {{"T"}, kMaxAttnDim},
+                          {{"H"}, kMaxAttnDim},
+                          {{"Dqk"}, kMaxAttnDim},
+                          {{"T", "H"}, kMaxAttnDim},
+                          {{"S"}, kMaxAttnDim}},
+                         {{"input.q", DType::F32, {"B", "T", "H", "Dqk"}, DtypeRule::Float, true},
+                          {"input.kv_cache", DType::F32, {"B", "S", "Dqk"}, DtypeRule::SameFloat},
+                          {"input.prefix_len", DType::I32, {"B"}},
+                          {"input.tree_len", DType::I32, {"B"}},
+                          {"input.visibility", DType::U8, {"B", "T", "T"}},
+                          {"input.sm_scale", DType::F32, {}},
+                          {"input.d_v", DType::I32, {}}},
+                         false,
+                         {{"out", DType::F32, {"B", "T", "H", "d_v"}}, {"lse", DType::F32, {"B", "T", "H"}}}};
   return op;
 }
 

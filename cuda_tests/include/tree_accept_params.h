@@ -10,17 +10,17 @@
 
 #include "kdtr_abi.h"
 
-#define KDTR_TREE_ACCEPT_PARAMS_FIELDS(X)                \
-  X(const int64_t*, node_token_ids) /* i64 [B,T] */      \
-  X(const int32_t*, next_token)     /* i32 [B,T] */      \
-  X(const int32_t*, next_sibling)   /* i32 [B,T] */      \
-  X(const int32_t*, node_count)     /* i32 [B] */        \
-  X(const int64_t*, target_predict) /* i64 [B,T] */      \
-  X(int32_t*, accepted_count)       /* i32 [B] */        \
-  X(int32_t*, accepted_path)        /* i32 [B,T] */      \
-  X(int64_t*, proposed)             /* i64 [B,T] */      \
-  X(int32_t*, status)               /* i32 [B] */        \
-  X(int64_t, B)                                          \
+#define KDTR_TREE_ACCEPT_PARAMS_FIELDS(X)           \
+  X(const int64_t*, node_token_ids) /* i64 [B,T] */ \
+  X(const int32_t*, next_token)     /* i32 [B,T] */ \
+  X(const int32_t*, next_sibling)   /* i32 [B,T] */ \
+  X(const int32_t*, node_count)     /* i32 [B] */   \
+  X(const int64_t*, target_predict) /* i64 [B,T] */ \
+  X(int32_t*, accepted_count)       /* i32 [B] */   \
+  X(int32_t*, accepted_path)        /* i32 [B,T] */ \
+  X(int64_t*, proposed)             /* i64 [B,T] */ \
+  X(int32_t*, status)               /* i32 [B] */   \
+  X(int64_t, B)                                     \
   X(int64_t, T)
 
 typedef struct kdtr_tree_accept_params {

@@ -17,24 +17,24 @@
 #define KDTR_VERIFY_ATTN_KERNEL_NAMES "simt", "mma", "wgmma"
 enum { KDTR_VERIFY_ATTN_AUTO = 0, KDTR_VERIFY_ATTN_SIMT = 1, KDTR_VERIFY_ATTN_MMA = 2, KDTR_VERIFY_ATTN_WGMMA = 3 };
 
-#define KDTR_VERIFY_ATTN_PARAMS_FIELDS(X)                                        \
-  X(const void*, q)               /* f32 or bf16 [B,T,H,Dqk] */                  \
-  X(const void*, kv_cache)        /* q's dtype [B,S,Dqk] */                      \
-  X(const int32_t*, prefix_len)   /* i32 [B] */                                  \
-  X(const int32_t*, tree_len)     /* i32 [B] */                                  \
-  X(const uint8_t*, visibility)   /* u8 [B,T,T] */                               \
-  X(float*, out)                  /* f32 [B,T,H,d_v] */                          \
-  X(float*, lse)                  /* f32 [B,T,H] */                              \
-  X(float, sm_scale)                                                             \
-  X(int64_t, B)                                                                  \
-  X(int64_t, T)                                                                  \
-  X(int64_t, H)                                                                  \
-  X(int64_t, S)                                                                  \
-  X(int64_t, Dqk)                                                                \
-  X(int64_t, d_v)                 /* the scalar input d_v */                     \
-  X(int32_t, dtype)               /* KDTR_DTYPE_F32 (0) or KDTR_DTYPE_BF16 (1) */ \
-  X(int32_t, kernel)              /* KDTR_VERIFY_ATTN_* */                       \
-  X(const char*, kernel_ran)      /* out (libkdtr_kernels.so): the instance that ran */
+#define KDTR_VERIFY_ATTN_PARAMS_FIELDS(X)                                    \
+  X(const void*, q)             /* f32 or bf16 [B,T,H,Dqk] */                \
+  X(const void*, kv_cache)      /* q's dtype [B,S,Dqk] */                    \
+  X(const int32_t*, prefix_len) /* i32 [B] */                                \
+  X(const int32_t*, tree_len)   /* i32 [B] */                                \
+  X(const uint8_t*, visibility) /* u8 [B,T,T] */                             \
+  X(float*, out)                /* f32 [B,T,H,d_v] */                        \
+  X(float*, lse)                /* f32 [B,T,H] */                            \
+  X(float, sm_scale)                                                         \
+  X(int64_t, B)                                                              \
+  X(int64_t, T)                                                              \
+  X(int64_t, H)                                                              \
+  X(int64_t, S)                                                              \
+  X(int64_t, Dqk)                                                            \
+  X(int64_t, d_v)            /* the scalar input d_v */                      \
+  X(int32_t, dtype)          /* KDTR_DTYPE_F32 (0) or KDTR_DTYPE_BF16 (1) */ \
+  X(int32_t, kernel)         /* KDTR_VERIFY_ATTN_* */                        \
+  X(const char*, kernel_ran) /* out (libkdtr_kernels.so): the instance that ran */
 
 typedef struct kdtr_verify_attn_params {
   KDTR_VERIFY_ATTN_PARAMS_FIELDS(KDTR_ABI_DECLARE)

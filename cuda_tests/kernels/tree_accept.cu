@@ -23,7 +23,7 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 4;
 
-__global__ void __launch_bounds__(kWarp * kWarpsPerBlock)
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     tree_accept_kernel(const __grid_constant__ TreeAcceptParams prm) {
   const int64_t* __restrict__ node_token_ids = prm.node_token_ids;
   const int32_t* __restrict__ next_token = prm.next_token;

@@ -109,8 +109,8 @@ KDTR_HD inline TreeAcceptResult tree_accept_walk_links(const int64_t* node_token
 // tree_accept_walk_links writes (nothing when a request-level check fails).
 KDTR_HD inline TreeAcceptResult tree_accept_walk(const int64_t* node_token_ids, const int32_t* next_token,
                                                  const int32_t* next_sibling, int32_t node_count,
-                                                 const int64_t* target_predict, int64_t T,
-                                                 int32_t* accepted_path, int64_t* proposed) {
+                                                 const int64_t* target_predict, int64_t T, int32_t* accepted_path,
+                                                 int64_t* proposed) {
   if (!tree_accept_node_count_ok(node_count, T)) return {0, TREE_ACCEPT_BAD_NODE_COUNT};
   if (tree_accept_negative_in_stripe(node_token_ids, target_predict, node_count, 0, 1))
     return {0, TREE_ACCEPT_NEGATIVE_TOKEN};
@@ -122,8 +122,8 @@ KDTR_HD inline TreeAcceptResult tree_accept_walk(const int64_t* node_token_ids, 
 // after the accepted_count + 1 valid entries, or the rejected rows of a malformed request.
 // Writes no entry that the walk of an OK request wrote, so lanes need no ordering with the
 // walk except for malformed requests (the CUDA kernel syncs the warp in between).
-KDTR_HD inline void tree_accept_fill(TreeAcceptResult r, int64_t T, int64_t lane, int64_t lanes,
-                                     int32_t* accepted_path, int64_t* proposed) {
+KDTR_HD inline void tree_accept_fill(TreeAcceptResult r, int64_t T, int64_t lane, int64_t lanes, int32_t* accepted_path,
+                                     int64_t* proposed) {
   const bool ok = r.status == TREE_ACCEPT_OK;
   const int64_t path_from = ok ? static_cast<int64_t>(r.accepted_count) + 1 : 1;
   const int64_t proposed_from = ok ? static_cast<int64_t>(r.accepted_count) + 1 : 0;
@@ -138,8 +138,8 @@ KDTR_HD inline int32_t tree_accept_request(const int64_t* node_token_ids, const 
                                            const int32_t* next_sibling, int32_t node_count,
                                            const int64_t* target_predict, int64_t T, int32_t* accepted_count,
                                            int32_t* accepted_path, int64_t* proposed, int32_t* status) {
-  const TreeAcceptResult r = tree_accept_walk(node_token_ids, next_token, next_sibling, node_count,
-                                              target_predict, T, accepted_path, proposed);
+  const TreeAcceptResult r = tree_accept_walk(node_token_ids, next_token, next_sibling, node_count, target_predict, T,
+                                              accepted_path, proposed);
   tree_accept_fill(r, T, 0, 1, accepted_path, proposed);
   *accepted_count = r.accepted_count;
   *status = r.status;

@@ -25,11 +25,10 @@
 // set (tree_select_set_bytes(tree_select_capacity(N))) and the widened rows (D * K
 // doubles) in the same bytes; for T <= 128 the parents row and the T x T block after them.
 
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-
 #include <cstddef>
 #include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "tree_build.cuh"
 #include "tree_build_launch.h"
@@ -42,12 +41,11 @@ constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and 
 constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
 constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
 constexpr int64_t kSmallN = 256;
-constexpr int64_t kFuseT = 128;                  // T <= kFuseT: the build block writes its visibility
-constexpr int kVisThreads = 256;                 // visibility kernel
+constexpr int64_t kFuseT = 128;   // T <= kFuseT: the build block writes its visibility
+constexpr int kVisThreads = 256;  // visibility kernel
 constexpr int kVisWarps = kVisThreads / kWarp;
 static_assert(kHeapThreads % kWarp == 0, "whole warps");
 static_assert(sizeof(TreeBuildCand) == 24, "heap entry layout");
-
 
 // The heap build's bytes: queue of N + 1 candidates, then 5 int32 slot arrays of T.
 __host__ __device__ inline size_t heap_bytes(int64_t N) {
@@ -67,11 +65,15 @@ __host__ __device__ inline size_t build_smem_bytes(int64_t N, int64_t D, int64_t
 
 struct MinOp {
   template <class V>
-  __device__ V operator()(const V& a, const V& b) const { return b < a ? b : a; }
+  __device__ V operator()(const V& a, const V& b) const {
+    return b < a ? b : a;
+  }
 };
 struct MaxOp {
   template <class V>
-  __device__ V operator()(const V& a, const V& b) const { return b > a ? b : a; }
+  __device__ V operator()(const V& a, const V& b) const {
+    return b > a ? b : a;
+  }
 };
 
 // The CUDA block as the select build's team (operations as TreeSelectSerialTeam): cub
@@ -131,8 +133,8 @@ struct BlockTeam {
 
 // Visibility row i of a request (vis: its [T,T] block; parents: its parents output row) by
 // one warp; anc: the warp's buffer of anc_len int32.
-__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i,
-                                              int32_t count, int32_t* anc, int32_t anc_len, int lane);
+__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i, int32_t count,
+                                              int32_t* anc, int32_t anc_len, int lane);
 
 template <int kThreads, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
@@ -212,8 +214,7 @@ __global__ void __launch_bounds__(kThreads)
     const TreeBuildSlots slots{slot_mem, slot_mem + T, slot_mem + 2 * T, slot_mem + 3 * T, slot_mem + 4 * T};
     tree_build_init_slots(slots, T, tid, kThreads);
     __syncthreads();
-    if (tid == 0)
-      s_count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, req_budget, req_depth_limit, heap, slots) : 0;
+    if (tid == 0) s_count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, req_budget, req_depth_limit, heap, slots) : 0;
     __syncthreads();
     count = s_count;
     for (int64_t i = tid; i < T; i += kThreads)
@@ -311,8 +312,8 @@ __global__ void __launch_bounds__(kVisThreads)
   }
 }
 
-__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i,
-                                              int32_t count, int32_t* anc, int32_t anc_len, int lane) {
+__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i, int32_t count,
+                                              int32_t* anc, int32_t anc_len, int lane) {
   int32_t len = 0;
   if (i <= count) {
     if (lane == 0) len = tree_build_ancestors(static_cast<int32_t>(i), parents, T, anc_len, anc);
@@ -357,7 +358,9 @@ BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
 
 }  // namespace
 
-size_t tree_build_smem_bytes(int64_t N, int64_t D, int64_t K, int32_t kernel) { return build_launch(N, D, K, kernel).smem; }
+size_t tree_build_smem_bytes(int64_t N, int64_t D, int64_t K, int32_t kernel) {
+  return build_launch(N, D, K, kernel).smem;
+}
 
 cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes) {
   int optin = 0;
@@ -379,9 +382,8 @@ cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes)
 cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
   if (smem_bytes > static_cast<size_t>(0x7fffffff)) return cudaErrorInvalidValue;
   for (int64_t N : {int64_t{1}, kSmallN + 1}) {
-    const cudaError_t err = cudaFuncSetAttribute(build_launch(N, 1, 1, kernel).fn,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem_bytes));
+    const cudaError_t err = cudaFuncSetAttribute(
+        build_launch(N, 1, 1, kernel).fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

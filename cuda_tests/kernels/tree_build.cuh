@@ -242,8 +242,8 @@ KDTR_HD inline void tree_build_sift_up(TreeBuildCand* heap, int32_t i, TreeBuild
 KDTR_HD inline int32_t tree_build_grow(const float* lp, int64_t K, int32_t budget, int32_t depth_limit,
                                        TreeBuildCand* heap, TreeBuildSlots s) {
   if (budget <= 0 || depth_limit <= 0 || K <= 0) return 0;
-  int32_t n = 0;     // heap size
-  int32_t count = 0; // nodes placed
+  int32_t n = 0;      // heap size
+  int32_t count = 0;  // nodes placed
   heap[n++] = TreeBuildCand{static_cast<double>(lp[0]), 1, 0, 0, -1};
   while (count < budget && n > 0) {
     const TreeBuildCand top = heap[0];
@@ -315,8 +315,8 @@ KDTR_HD inline int32_t tree_build_grow(const float* lp, int64_t K, int32_t budge
 // backend is a team of one) with the operations of TreeSelectSerialTeam below; every
 // control decision depends only on team-wide reductions, so all lanes take the same path.
 
-constexpr int32_t kTreeSelectBins = 1024;   // histogram bins of one threshold raise
-constexpr int32_t kTreeSelectRefines = 6;   // threshold raises per depth before giving up
+constexpr int32_t kTreeSelectBins = 1024;  // histogram bins of one threshold raise
+constexpr int32_t kTreeSelectRefines = 6;  // threshold raises per depth before giving up
 
 // Candidates the select build may hold for maximum budget N (>= N + 64).
 KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; }
@@ -514,7 +514,7 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
   const int32_t lane = t.lane(), lanes = t.lanes();
   const int32_t cap = static_cast<int32_t>(s.cap);
   const double inf = 1.0 / 0.0;
-  double theta = -inf;    // every ek passes
+  double theta = -inf;     // every ek passes
   int32_t n = 0, plo = 0;  // entries; the first entry of the last depth (the parents of the next)
   for (int32_t d = 1; d <= depth_limit; ++d) {
     const double* row = lp + static_cast<int64_t>(d - 1) * K;
@@ -675,7 +675,7 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
         } else {
           const double wa = w[a], wb = w[b];
           b_first = wb > wa || (wb == wa && tree_build_rank_path_less(s.dep[b], s.rk[b], s.par[b], s.dep[a], s.rk[a],
-                                                                          s.par[a], s.par, s.rk));
+                                                                      s.par[a], s.par, s.rk));
         }
         const bool swap = (i & k) == 0 ? b_first : !b_first;
         if (swap) {
@@ -776,7 +776,8 @@ struct TreeBuildCpuScratch {
   std::vector<double> lp_rows;     // the select build's log-probs, widened: D * K
   TreeSelectSet select{};
   TreeBuildCpuScratch(int64_t N, int64_t D, int64_t K, bool with_select)
-      : heap(static_cast<size_t>(N + 1)), slot_mem(static_cast<size_t>(5 * (N + 1))),
+      : heap(static_cast<size_t>(N + 1)),
+        slot_mem(static_cast<size_t>(5 * (N + 1))),
         anc(static_cast<size_t>((D < N ? D : N) + 1)) {
     if (with_select) {
       lp_rows.resize(static_cast<size_t>(D * K));
@@ -794,9 +795,8 @@ struct TreeBuildCpuScratch {
 inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t root_token, int32_t budget,
                                   int32_t depth_limit, int64_t N, int64_t D, int64_t K, int32_t kernel,
                                   TreeBuildCpuScratch& scratch, int32_t* node_count, int64_t* node_token_ids,
-                                  int32_t* node_depths, int32_t* parents, int32_t* next_token,
-                                  int32_t* next_sibling, uint8_t* visibility, int32_t* status,
-                                  uint8_t* heap_fallback = nullptr) {
+                                  int32_t* node_depths, int32_t* parents, int32_t* next_token, int32_t* next_sibling,
+                                  uint8_t* visibility, int32_t* status, uint8_t* heap_fallback = nullptr) {
   const int64_t T = N + 1;
   const int32_t st = tree_build_validate(lp, ids, budget, depth_limit, N, D, K);
   int32_t count = 0;
@@ -807,12 +807,12 @@ inline int32_t tree_build_request(const float* lp, const int64_t* ids, int64_t r
     for (int64_t e = 0; e < static_cast<int64_t>(depth_limit) * K; ++e) lpd[e] = static_cast<double>(lp[e]);
     placed = tree_select_grow(team, lpd, K, budget, depth_limit, scratch.select, &count);
     if (placed)
-      tree_select_node_outputs(team, scratch.select, count, ids, K, root_token, T, node_token_ids, node_depths,
-                               parents, next_token, next_sibling);
+      tree_select_node_outputs(team, scratch.select, count, ids, K, root_token, T, node_token_ids, node_depths, parents,
+                               next_token, next_sibling);
   }
   if (heap_fallback != nullptr)
-    *heap_fallback = kernel == TREE_BUILD_KERNEL_SELECT && st == TREE_BUILD_OK && !placed && budget > 0 &&
-                     depth_limit > 0 && K > 0;
+    *heap_fallback =
+        kernel == TREE_BUILD_KERNEL_SELECT && st == TREE_BUILD_OK && !placed && budget > 0 && depth_limit > 0 && K > 0;
   if (!placed) {
     int32_t* m = scratch.slot_mem.data();
     const TreeBuildSlots s{m, m + T, m + 2 * T, m + 3 * T, m + 4 * T};
@@ -847,8 +847,8 @@ inline void tree_build_cpu(const TreeBuildParams& p) {
     const int64_t in_row = b * D * K, out_row = b * T;
     tree_build_request(p.top_log_probs + in_row, p.top_token_ids + in_row, p.root_token_ids[b], p.budget[b],
                        p.depth_limit[b], N, D, K, p.kernel, scratch, p.node_count + b, p.node_token_ids + out_row,
-                       p.node_depths + out_row, p.parents + out_row, p.next_token + out_row,
-                       p.next_sibling + out_row, p.visibility + b * T * T, p.status + b,
+                       p.node_depths + out_row, p.parents + out_row, p.next_token + out_row, p.next_sibling + out_row,
+                       p.visibility + b * T * T, p.status + b,
                        p.heap_fallback == nullptr ? nullptr : p.heap_fallback + b);
   }
 }

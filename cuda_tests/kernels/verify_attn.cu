@@ -95,8 +95,8 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 
 template <int NJ>
 struct Cfg {
-  static constexpr int kDVT = 64 * NJ;   // value columns per block
-  static constexpr int kVK = 64 / NJ;    // keys per V stage (kVK * kDVT = 4096 floats)
+  static constexpr int kDVT = 64 * NJ;                // value columns per block
+  static constexpr int kVK = 64 / NJ;                 // keys per V stage (kVK * kDVT = 4096 floats)
   static constexpr int kStageFloats = 2 * kDK * kBM;  // Qt + Kt = 4096 floats
   static_assert(kVK * kDVT == kStageFloats, "a V stage fills one stage buffer");
   // Two stage buffers, P, and the running O: 4 * NJ float4 per thread, [4 * NJ][kThreads].
@@ -439,9 +439,9 @@ struct Cfg {
   static constexpr int kPRowBytes = kBN * 2;          // 128
   static constexpr int kPBytes = kBM * kPRowBytes;
   static constexpr int kKSteps = DQK / 16;
-  static constexpr int kKHalf = kKSteps / 2;   // S accumulates k-steps [0, kKHalf) and the rest apart
-  static constexpr int kOCols = DV / 2;        // value columns of O per warp
-  static constexpr int kONT = kOCols / 8;      // n-tiles of 8 columns per warp
+  static constexpr int kKHalf = kKSteps / 2;  // S accumulates k-steps [0, kKHalf) and the rest apart
+  static constexpr int kOCols = DV / 2;       // value columns of O per warp
+  static constexpr int kONT = kOCols / 8;     // n-tiles of 8 columns per warp
   // Q, two KV tiles, P, then the row-max and row-sum exchange, [2][64] floats each.
   static constexpr size_t kSmem = 3 * static_cast<size_t>(kTileBytes) + kPBytes + 4 * kBM * sizeof(float);
 };
@@ -548,8 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         uint32_t bb[4];
-        ldsm_x4(sK + swz(wc * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1),
-                         C::kRowBytes),
+        ldsm_x4(sK + swz(wc * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1), C::kRowBytes),
                 bb);
         if (ks < C::kKHalf) {
           mma_bf16(s[2 * np], a, bb[0], bb[1]);
@@ -700,31 +699,58 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Instance ids (VerifyAttnPlan::instance).
 enum Instance : int {
-  kSimtF32Nj1 = 1, kSimtF32Nj2, kSimtF32Nj4, kSimtF32Nj8,
-  kSimtBf16Nj1, kSimtBf16Nj2, kSimtBf16Nj4, kSimtBf16Nj8,
-  kMmaD128V128, kMmaD576V512,
+  kSimtF32Nj1 = 1,
+  kSimtF32Nj2,
+  kSimtF32Nj4,
+  kSimtF32Nj8,
+  kSimtBf16Nj1,
+  kSimtBf16Nj2,
+  kSimtBf16Nj4,
+  kSimtBf16Nj8,
+  kMmaD128V128,
+  kMmaD576V512,
   kWgmma,  // the Hopper kernel (verify_attn_sm90.cu)
 };
 
 struct InstanceInfo {
   const void* fn;  // the __global__ function (for cudaFuncSetAttribute / launch)
   size_t smem;
-  int dvt;         // value columns per block (gridDim.y splits d_v beyond it); 0: all
+  int dvt;  // value columns per block (gridDim.y splits d_v beyond it); 0: all
   const char* name;
 };
 
 InstanceInfo instance_info(int id) {
   switch (id) {
-    case kSimtF32Nj1: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 1>), simt::Cfg<1>::kSmem, 64, "simt_f32_dvt64"};
-    case kSimtF32Nj2: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 2>), simt::Cfg<2>::kSmem, 128, "simt_f32_dvt128"};
-    case kSimtF32Nj4: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 4>), simt::Cfg<4>::kSmem, 256, "simt_f32_dvt256"};
-    case kSimtF32Nj8: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 8>), simt::Cfg<8>::kSmem, 512, "simt_f32_dvt512"};
-    case kSimtBf16Nj1: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 1>), simt::Cfg<1>::kSmem, 64, "simt_bf16_dvt64"};
-    case kSimtBf16Nj2: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 2>), simt::Cfg<2>::kSmem, 128, "simt_bf16_dvt128"};
-    case kSimtBf16Nj4: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 4>), simt::Cfg<4>::kSmem, 256, "simt_bf16_dvt256"};
-    case kSimtBf16Nj8: return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 8>), simt::Cfg<8>::kSmem, 512, "simt_bf16_dvt512"};
-    case kMmaD128V128: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128>), mma::Cfg<128, 128>::kSmem, 0, "mma_bf16_dqk128_dv128"};
-    case kMmaD576V512: return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512>), mma::Cfg<576, 512>::kSmem, 0, "mma_bf16_dqk576_dv512"};
+    case kSimtF32Nj1:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 1>), simt::Cfg<1>::kSmem, 64,
+              "simt_f32_dvt64"};
+    case kSimtF32Nj2:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 2>), simt::Cfg<2>::kSmem, 128,
+              "simt_f32_dvt128"};
+    case kSimtF32Nj4:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 4>), simt::Cfg<4>::kSmem, 256,
+              "simt_f32_dvt256"};
+    case kSimtF32Nj8:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<float, 8>), simt::Cfg<8>::kSmem, 512,
+              "simt_f32_dvt512"};
+    case kSimtBf16Nj1:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 1>), simt::Cfg<1>::kSmem, 64,
+              "simt_bf16_dvt64"};
+    case kSimtBf16Nj2:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 2>), simt::Cfg<2>::kSmem, 128,
+              "simt_bf16_dvt128"};
+    case kSimtBf16Nj4:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 4>), simt::Cfg<4>::kSmem, 256,
+              "simt_bf16_dvt256"};
+    case kSimtBf16Nj8:
+      return {reinterpret_cast<const void*>(&simt::verify_attn_simt_kernel<uint16_t, 8>), simt::Cfg<8>::kSmem, 512,
+              "simt_bf16_dvt512"};
+    case kMmaD128V128:
+      return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<128, 128>), mma::Cfg<128, 128>::kSmem, 0,
+              "mma_bf16_dqk128_dv128"};
+    case kMmaD576V512:
+      return {reinterpret_cast<const void*>(&mma::verify_attn_mma_kernel<576, 512>), mma::Cfg<576, 512>::kSmem, 0,
+              "mma_bf16_dqk576_dv512"};
 #if defined(KDTR_HAVE_WGMMA)
     case kWgmma: return {nullptr, sm90::wgmma_smem_bytes(), 0, sm90::wgmma_name()};
 #endif
@@ -809,7 +835,9 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
   }
   const InstanceInfo info = instance_info(id);
   if (info.dvt > 0 && ceil_div(p.d_v, info.dvt) > 65535) return cudaErrorInvalidValue;
-  plan->kernel = id == kWgmma ? VerifyAttnKernel::Wgmma : id >= kMmaD128V128 ? VerifyAttnKernel::Mma : VerifyAttnKernel::Simt;
+  plan->kernel = id == kWgmma         ? VerifyAttnKernel::Wgmma
+                 : id >= kMmaD128V128 ? VerifyAttnKernel::Mma
+                                      : VerifyAttnKernel::Simt;
   plan->instance = id;
   plan->smem_bytes = info.smem;
   plan->name = info.name;
@@ -830,10 +858,11 @@ cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAtt
       cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
       if (err != cudaSuccess) return err;
-      *why = "--kernel wgmma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512, enough shared memory, a "
-             "compute capability 9.0 device and a build with the Hopper kernel (got " + got +
-             ", compute capability " + std::to_string(major) + "." + std::to_string(minor) + ", a build " +
-             (verify_attn_have_wgmma() ? "with" : "without") + " it)";
+      *why =
+          "--kernel wgmma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512, enough shared memory, a "
+          "compute capability 9.0 device and a build with the Hopper kernel (got " +
+          got + ", compute capability " + std::to_string(major) + "." + std::to_string(minor) + ", a build " +
+          (verify_attn_have_wgmma() ? "with" : "without") + " it)";
     } else if (requested == VerifyAttnKernel::Mma) {
       *why = "--kernel mma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512 and enough shared memory (got " +
              got + ")";
@@ -863,7 +892,8 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
   if (info.fn == nullptr) return cudaErrorInvalidValue;
   const int64_t tiles = ceil_div(p.T * p.H, kBM);
   if (p.B == 0 || tiles == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(p.B * tiles), info.dvt > 0 ? static_cast<unsigned>(ceil_div(p.d_v, info.dvt)) : 1u);
+  const dim3 grid(static_cast<unsigned>(p.B * tiles),
+                  info.dvt > 0 ? static_cast<unsigned>(ceil_div(p.d_v, info.dvt)) : 1u);
   const int tpr = static_cast<int>(tiles);
   const size_t smem = info.smem;
   // Each kernel takes the op's struct by value (kernel parameter space) and its tiles per request.
@@ -873,10 +903,18 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
     case kSimtF32Nj2: simt::verify_attn_simt_kernel<float, 2><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     case kSimtF32Nj4: simt::verify_attn_simt_kernel<float, 4><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     case kSimtF32Nj8: simt::verify_attn_simt_kernel<float, 8><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
-    case kSimtBf16Nj1: simt::verify_attn_simt_kernel<uint16_t, 1><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
-    case kSimtBf16Nj2: simt::verify_attn_simt_kernel<uint16_t, 2><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
-    case kSimtBf16Nj4: simt::verify_attn_simt_kernel<uint16_t, 4><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
-    case kSimtBf16Nj8: simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
+    case kSimtBf16Nj1:
+      simt::verify_attn_simt_kernel<uint16_t, 1><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS);
+      break;
+    case kSimtBf16Nj2:
+      simt::verify_attn_simt_kernel<uint16_t, 2><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS);
+      break;
+    case kSimtBf16Nj4:
+      simt::verify_attn_simt_kernel<uint16_t, 4><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS);
+      break;
+    case kSimtBf16Nj8:
+      simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS);
+      break;
     case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     default: return cudaErrorInvalidValue;

@@ -94,9 +94,9 @@ KDTR_HD inline F verify_attn_max(F a, F b) {
 // One request: q [T,H,Dqk], kv [S,Dqk], vis [T,T]; writes out [T,H,d_v] and lse [T,H]
 // (every element).  Lengths must satisfy verify_attn_lengths_ok.  `keys` is scratch.
 template <class In>
-inline void verify_attn_request_cpu(const In* q, const In* kv, int32_t prefix_len, int32_t tree_len,
-                                    const uint8_t* vis, int64_t T, int64_t H, int64_t Dqk, int64_t d_v,
-                                    float sm_scale, float* out, float* lse, std::vector<double>& keys) {
+inline void verify_attn_request_cpu(const In* q, const In* kv, int32_t prefix_len, int32_t tree_len, const uint8_t* vis,
+                                    int64_t T, int64_t H, int64_t Dqk, int64_t d_v, float sm_scale, float* out,
+                                    float* lse, std::vector<double>& keys) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   const int64_t L = static_cast<int64_t>(prefix_len) + tree_len;
   // Padding rows first (and everything when the tree is empty).
@@ -115,7 +115,8 @@ inline void verify_attn_request_cpu(const In* q, const In* kv, int32_t prefix_le
 
   for (int64_t i = 0; i < tree_len; ++i) {
     const uint8_t* vis_row = vis + i * T;
-    for (int64_t p = 0; p < L; ++p) visible[static_cast<size_t>(p)] = verify_attn_key_visible(prefix_len, tree_len, vis_row, p);
+    for (int64_t p = 0; p < L; ++p)
+      visible[static_cast<size_t>(p)] = verify_attn_key_visible(prefix_len, tree_len, vis_row, p);
     const bool has_key = verify_attn_row_has_key(prefix_len, tree_len, vis_row);
     for (int64_t h = 0; h < H; ++h) {
       const In* qr = q + (i * H + h) * Dqk;
@@ -166,8 +167,8 @@ inline void verify_attn_cpu(const In* q, const In* kv_cache, const int32_t* pref
   std::vector<double> keys;
   for (int64_t b = 0; b < B; ++b)
     verify_attn_request_cpu(q + b * T * H * Dqk, kv_cache + b * S * Dqk, prefix_len[b], tree_len[b],
-                            visibility + b * T * T, T, H, Dqk, d_v, sm_scale, out + b * T * H * d_v,
-                            lse + b * T * H, keys);
+                            visibility + b * T * T, T, H, Dqk, d_v, sm_scale, out + b * T * H * d_v, lse + b * T * H,
+                            keys);
 }
 
 // The same for one VerifyAttnProblem of host pointers (p.dtype picks float or bf16 bits).
@@ -176,8 +177,8 @@ inline void verify_attn_cpu(const VerifyAttnProblem& p) {
     verify_attn_cpu(static_cast<const uint16_t*>(p.q), static_cast<const uint16_t*>(p.kv_cache), p.prefix_len,
                     p.tree_len, p.visibility, p.B, p.T, p.H, p.S, p.Dqk, p.d_v, p.sm_scale, p.out, p.lse);
   else
-    verify_attn_cpu(static_cast<const float*>(p.q), static_cast<const float*>(p.kv_cache), p.prefix_len,
-                    p.tree_len, p.visibility, p.B, p.T, p.H, p.S, p.Dqk, p.d_v, p.sm_scale, p.out, p.lse);
+    verify_attn_cpu(static_cast<const float*>(p.q), static_cast<const float*>(p.kv_cache), p.prefix_len, p.tree_len,
+                    p.visibility, p.B, p.T, p.H, p.S, p.Dqk, p.d_v, p.sm_scale, p.out, p.lse);
 }
 
 }  // namespace kdtr

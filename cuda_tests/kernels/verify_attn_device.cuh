@@ -74,8 +74,8 @@ struct ThreadRows {
   bool valid[2];
   const uint8_t* vis[2];
 };
-__device__ __forceinline__ ThreadRows thread_rows(int band_row0, int lane, int m0, int valid_rows,
-                                                  const uint8_t* vis, int b, int T, int H) {
+__device__ __forceinline__ ThreadRows thread_rows(int band_row0, int lane, int m0, int valid_rows, const uint8_t* vis,
+                                                  int b, int T, int H) {
   ThreadRows t;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -30,17 +30,16 @@
 // exchange, the non-finite flag and 18 mbarriers: 231,424 (sizeof, 1024-aligned) of the 232,448 an H100/H200
 // block may opt into.
 
-#include "verify_attn_sm90.h"
-#include "verify_attn_device.cuh"
-
 #include <cuda_runtime.h>
-
-#include <cstdint>
-
-#include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_types.h>
+
+#include <cstdint>
+#include <cute/tensor.hpp>
+
+#include "verify_attn_device.cuh"
+#include "verify_attn_sm90.h"
 
 namespace kdtr {
 namespace sm90 {
@@ -51,16 +50,17 @@ using bf16 = cutlass::bfloat16_t;
 using namespace va_device;  // neg_inf, finite tests, finish_row, padding rows, cp.async (verify_attn_device.cuh)
 
 constexpr int kThreads = 256;
-constexpr int kBM = 64;           // query rows per block
-constexpr int kBN = 64;           // keys per KV tile
-constexpr int kDQK = 576;         // key dims the shared-memory tiles hold (Dqk <= this)
-constexpr int kDV = 512;          // value columns the kernel computes (d_v <= this)
-constexpr int kSlabs = kDQK / 64; // 64-dim slabs of a tile
+constexpr int kBM = 64;            // query rows per block
+constexpr int kBN = 64;            // keys per KV tile
+constexpr int kDQK = 576;          // key dims the shared-memory tiles hold (Dqk <= this)
+constexpr int kDV = 512;           // value columns the kernel computes (d_v <= this)
+constexpr int kSlabs = kDQK / 64;  // 64-dim slabs of a tile
 constexpr int kKSteps = kDQK / 16;
 #ifndef KDTR_WGMMA_ONE_CHAIN
 #define KDTR_WGMMA_ONE_CHAIN 0
 #endif
-constexpr int kKHalf = KDTR_WGMMA_ONE_CHAIN ? kKSteps : kKSteps / 2;  // S accumulates k-steps [0, kKHalf) and the rest apart
+constexpr int kKHalf =
+    KDTR_WGMMA_ONE_CHAIN ? kKSteps : kKSteps / 2;  // S accumulates k-steps [0, kKHalf) and the rest apart
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -102,7 +102,6 @@ struct SharedStorage {
 };
 
 using Barrier = cutlass::arch::ClusterTransactionBarrier;
-
 
 // Ordinary (generic-proxy) shared-memory writes of this thread become visible to the
 // tensor cores and the copy engine (async proxy) after a following barrier.
@@ -222,7 +221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto cta_tma = tma_kv.get_slice(Int<0>{});
         for (int s = tid >> 5; s < nslab; s += kThreads / 32) {
           Tensor g_slab = local_tile(mKV(_, _, b), Shape<Int<kBN>, _64>{}, make_coord(tile, s));
-          Tensor s_slab = make_tensor(make_smem_ptr(reinterpret_cast<bf16*>(sm.kv[buf] + s * kSlabBytes)), SmemLayoutSlab{});
+          Tensor s_slab =
+              make_tensor(make_smem_ptr(reinterpret_cast<bf16*>(sm.kv[buf] + s * kSlabBytes)), SmemLayoutSlab{});
           Barrier::arrive_and_expect_tx(&sm.full[buf][s], kSlabBytes);
           copy(tma_kv.with(sm.full[buf][s]), cta_tma.partition_S(g_slab), cta_tma.partition_D(s_slab));
         }
@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int idx = tid; idx < kBN * nslab * 8; idx += kThreads) {
         const int row = idx / (nslab * 8), ch = idx - row * (nslab * 8);
         const bool ok = p0 + row < L && ch < dchunks;
-        const uint32_t dst = sKV0_u32 + static_cast<uint32_t>(buf * kKVBytes) + smem_byte_offset(layout_kv, row, ch * 8);
+        const uint32_t dst =
+            sKV0_u32 + static_cast<uint32_t>(buf * kKVBytes) + smem_byte_offset(layout_kv, row, ch * 8);
         cp_async16(dst, ok ? kv_req + static_cast<int64_t>(p0 + row) * Dqk + ch * 8 : kv, ok);
       }
       cp_async_commit();
@@ -332,7 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < size(rS); ++i) {
       const int h = (i >> 1) & 1;
       bool visible = rv[h];
-      if (!prefix_tile && visible) visible = verify_attn_key_visible(pl, tl, vrow[h], p0 + wg * (kBN / 2) + get<1>(tScS(i)));
+      if (!prefix_tile && visible)
+        visible = verify_attn_key_visible(pl, tl, vrow[h], p0 + wg * (kBN / 2) + get<1>(tScS(i)));
       rS(i) = visible ? rS(i) * sm_scale : neg_inf();
       mx[h] = verify_attn_max(mx[h], rS(i));
     }
@@ -456,8 +458,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The TMA descriptor type for the latent KV [B, S, Dqk] (bf16) in 64 x 64 slabs.
 auto make_kv_tma(const void* kv, int S, int Dqk, int B) {
-  Tensor g = make_tensor(make_gmem_ptr(static_cast<const bf16*>(kv)),
-                         make_layout(make_shape(S, Dqk, B), make_stride(static_cast<int64_t>(Dqk), _1{}, static_cast<int64_t>(S) * Dqk)));
+  Tensor g = make_tensor(
+      make_gmem_ptr(static_cast<const bf16*>(kv)),
+      make_layout(make_shape(S, Dqk, B), make_stride(static_cast<int64_t>(Dqk), _1{}, static_cast<int64_t>(S) * Dqk)));
   return make_tma_copy(SM90_TMA_LOAD{}, g, SmemLayoutSlab{});
 }
 using TmaKV = decltype(make_kv_tma(nullptr, 1, 8, 1));
@@ -468,8 +471,8 @@ static_assert(kSmemBytes <= 232448, "shared memory of an sm_90 block");
 }  // namespace
 
 bool wgmma_fits(const VerifyAttnProblem& p) {
-  return p.dtype == KDTR_DTYPE_BF16 && p.Dqk % 8 == 0 && p.Dqk <= kDQK && p.d_v <= kDV && p.d_v <= p.Dqk &&
-         p.S >= 1 && p.B <= 0x7fffffffLL && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
+  return p.dtype == KDTR_DTYPE_BF16 && p.Dqk % 8 == 0 && p.Dqk <= kDQK && p.d_v <= kDV && p.d_v <= p.Dqk && p.S >= 1 &&
+         p.B <= 0x7fffffffLL && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.kv_cache) % 16 == 0;
 }
 
@@ -487,8 +490,8 @@ cudaError_t launch_wgmma(const VerifyAttnProblem& p, cudaStream_t stream) {
   if (!wgmma_fits(p) || tiles > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
   const int S = static_cast<int>(p.S), Dqk = static_cast<int>(p.Dqk), B = static_cast<int>(p.B);
   const TmaKV tma = make_kv_tma(p.kv_cache, S, Dqk, B);
-  verify_attn_wgmma_kernel<TmaKV><<<static_cast<unsigned>(p.B * tiles), kThreads, kSmemBytes, stream>>>(
-      tma, p, static_cast<int>(tiles));
+  verify_attn_wgmma_kernel<TmaKV>
+      <<<static_cast<unsigned>(p.B * tiles), kThreads, kSmemBytes, stream>>>(tma, p, static_cast<int>(tiles));
   return cudaGetLastError();
 }
 

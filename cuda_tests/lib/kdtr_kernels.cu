@@ -9,10 +9,6 @@
 // launcher (launch_*); greedy_step's struct is split into the chain's four stage structs.
 // No C++ exception leaves the library.
 
-#include "kdtr_kernels.h"
-
-#include "kdtr_describe.hpp"
-
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -20,6 +16,8 @@
 #include <string>
 
 #include "greedy_step_params.h"
+#include "kdtr_describe.hpp"
+#include "kdtr_kernels.h"
 #include "tree_accept_params.h"
 #include "tree_build_params.h"
 #include "verify_attn_params.h"
@@ -40,10 +38,10 @@ using namespace kdtr;
 thread_local std::string g_last_error;
 
 // Bounds of the dims, as kdtr_ops.hpp's table has them (docs/binaries.md).
-constexpr int64_t kMaxIndexDim = 0x7fffffffLL;          // tree_build: B, D, K
-constexpr int64_t kMaxBudget = 0x7fffffffLL - 1;         // tree_build: N (T = N + 1 fits int32)
-constexpr int64_t kMaxAttnDim = kVerifyAttnMaxDim;       // verify_attn: B, T, H, Dqk, T*H, S
-constexpr int64_t kMaxRowDim = INT64_MAX / 2;            // tree_accept: B, T
+constexpr int64_t kMaxIndexDim = 0x7fffffffLL;      // tree_build: B, D, K
+constexpr int64_t kMaxBudget = 0x7fffffffLL - 1;    // tree_build: N (T = N + 1 fits int32)
+constexpr int64_t kMaxAttnDim = kVerifyAttnMaxDim;  // verify_attn: B, T, H, Dqk, T*H, S
+constexpr int64_t kMaxRowDim = INT64_MAX / 2;       // tree_accept: B, T
 
 // A failed check: code and message, carried to the entry's return.
 struct Fail {
@@ -103,7 +101,8 @@ const TreeBuildParams& tree_build_checked(const kdtr_tree_build_params* c, const
   dim(op, "K", c->K, kMaxIndexDim);
   dim(op, "N (max_budget)", c->N, kMaxBudget);
   if (c->kernel != KDTR_TREE_BUILD_AUTO && c->kernel != KDTR_TREE_BUILD_HEAP && c->kernel != KDTR_TREE_BUILD_SELECT)
-    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), HEAP (1) or SELECT (2)");
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), HEAP (1) or SELECT (2)");
   const bool b = c->B > 0, in3 = b && c->D > 0 && c->K > 0;
   ptr(op, "top_log_probs", c->top_log_probs, in3);
   ptr(op, "top_token_ids", c->top_token_ids, in3);
@@ -128,12 +127,14 @@ void attn_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t S, int64
   dim(op, "S", S, kMaxAttnDim);
   dim(op, "Dqk", Dqk, kMaxAttnDim);
   if (T * H > kMaxAttnDim)
-    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": T*H " + std::to_string(T * H) + " exceeds " + std::to_string(kMaxAttnDim));
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": T*H " + std::to_string(T * H) + " exceeds " + std::to_string(kMaxAttnDim));
   if (d_v < 1 || d_v > Dqk)
     fail(KDTR_ERR_INVALID_ARGUMENT,
          std::string(op) + ": d_v " + std::to_string(d_v) + " is outside [1, Dqk = " + std::to_string(Dqk) + "]");
   if (dtype != KDTR_DTYPE_F32 && dtype != KDTR_DTYPE_BF16)
-    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": dtype " + std::to_string(dtype) + " is not F32 (0) or BF16 (1)");
+    fail(KDTR_ERR_INVALID_ARGUMENT,
+         std::string(op) + ": dtype " + std::to_string(dtype) + " is not F32 (0) or BF16 (1)");
 }
 
 const VerifyAttnProblem& verify_attn_checked(const kdtr_verify_attn_params* c, const char* op) {
@@ -141,8 +142,8 @@ const VerifyAttnProblem& verify_attn_checked(const kdtr_verify_attn_params* c, c
   attn_dims(op, c->B, c->T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
   if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA &&
       c->kernel != KDTR_VERIFY_ATTN_WGMMA)
-    fail(KDTR_ERR_INVALID_ARGUMENT,
-         std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)");
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": kernel " + std::to_string(c->kernel) +
+                                        " is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)");
   const bool b = c->B > 0, rows = b && c->T > 0 && c->H > 0;
   ptr(op, "q", c->q, rows);
   ptr(op, "kv_cache", c->kv_cache, b && c->S > 0);
@@ -162,7 +163,8 @@ void attn_lengths(const char* op, const int32_t* prefix_len, const int32_t* tree
     const std::string req = std::string(op) + ": request " + std::to_string(b) + ": ";
     if (pl < 0) fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " is negative");
     if (tl < 0 || tl > T)
-      fail(KDTR_ERR_INVALID_ARGUMENT, req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]");
+      fail(KDTR_ERR_INVALID_ARGUMENT,
+           req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]");
     if (!cpu::verify_attn_lengths_ok(pl, tl, T, S))
       fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " + " +
                                           (tree_len != nullptr ? "tree_len " : "T ") + std::to_string(tl) +
@@ -199,8 +201,8 @@ GreedyStepStages greedy_step_checked(const kdtr_greedy_step_params* c, const cha
   attn_dims(op, c->B, T, c->H, c->S, c->Dqk, c->d_v, c->dtype);
   if (c->kernel != KDTR_VERIFY_ATTN_AUTO && c->kernel != KDTR_VERIFY_ATTN_SIMT && c->kernel != KDTR_VERIFY_ATTN_MMA &&
       c->kernel != KDTR_VERIFY_ATTN_WGMMA)
-    fail(KDTR_ERR_INVALID_ARGUMENT,
-         std::string(op) + ": kernel " + std::to_string(c->kernel) + " is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)");
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": kernel " + std::to_string(c->kernel) +
+                                        " is not AUTO (0), SIMT (1), MMA (2) or WGMMA (3)");
   const bool b = c->B > 0, in3 = b && c->D > 0 && c->K > 0, rows = b && c->H > 0;
   ptr(op, "top_log_probs", c->top_log_probs, in3);
   ptr(op, "top_token_ids", c->top_token_ids, in3);
@@ -330,8 +332,9 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 #ifdef KDTR_NO_CUDA
 int no_cuda(const char* op) {
-  g_last_error = std::string(op) + ": not built with CUDA (libkdtr_kernels.so is the CPU-only build: "
-                                   "make lib with nvcc on PATH and without NO_CUDA=1)";
+  g_last_error = std::string(op) +
+                 ": not built with CUDA (libkdtr_kernels.so is the CPU-only build: "
+                 "make lib with nvcc on PATH and without NO_CUDA=1)";
   return KDTR_ERR_NO_CUDA;
 }
 #endif

@@ -95,8 +95,7 @@ void check_attn_values(ops::Inputs& in) {
     const std::string* s = std::get_if<std::string>(m);
     const char* q_dtype = dtype_name(in.find("input.q").dtype);
     if (s == nullptr) cli::die(cli::EXIT_USAGE, what + "must be a string, not a " + meta_type_name(*m));
-    if (*s != q_dtype)
-      cli::die(cli::EXIT_USAGE, what + "\"" + *s + "\" is not the dtype of input.q (" + q_dtype + ")");
+    if (*s != q_dtype) cli::die(cli::EXIT_USAGE, what + "\"" + *s + "\" is not the dtype of input.q (" + q_dtype + ")");
   }
 }
 
@@ -111,22 +110,22 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
   const ops::Dims& d = in.dims();
   const uint64_t B = static_cast<uint64_t>(d["B"]), T = static_cast<uint64_t>(d["T"]);
   const uint64_t d_v = static_cast<uint64_t>(d["d_v"]), Dqk = static_cast<uint64_t>(d["Dqk"]);
-  out.require_within_limit(g, "metadata max_budget",
-                           d.eq("B") + ", T = max_budget + 1 = " + std::to_string(T) + ", " + d.eq("H") + ", " +
-                               d.eq("d_v"));
+  out.require_within_limit(
+      g, "metadata max_budget",
+      d.eq("B") + ", T = max_budget + 1 = " + std::to_string(T) + ", " + d.eq("H") + ", " + d.eq("d_v"));
   if (!cpu) return;
   const Bytes tree_len = Bytes::product({B, 4});
-  cli::require_scratch_bytes(g, "metadata max_budget",
-                             tree_len + cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]),
-                                                                      static_cast<uint64_t>(d["D"]),
-                                                                      cpu::tree_build_candidate_bytes(), cli::Bytes::product({0})),
-                             "tree_build: " + d.eq("N") + ", " + d.eq("D"));
+  cli::require_scratch_bytes(
+      g, "metadata max_budget",
+      tree_len + cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]), static_cast<uint64_t>(d["D"]),
+                                               cpu::tree_build_candidate_bytes(), cli::Bytes::product({0})),
+      "tree_build: " + d.eq("N") + ", " + d.eq("D"));
   const int32_t* prefix_len = in.get<const int32_t>("input.prefix_len");
   uint64_t L = 0;
   for (uint64_t b = 0; b < B; ++b) L = std::max<uint64_t>(L, static_cast<uint64_t>(prefix_len[b]) + T);
-  cli::require_scratch_bytes(g, "input.kv_cache", tree_len + cli::verify_attn_scratch_bytes(L, Dqk, d_v),
-                             "verify_attn: L = prefix_len + T = " + std::to_string(L) + " keys of Dqk = " +
-                                 std::to_string(Dqk));
+  cli::require_scratch_bytes(
+      g, "input.kv_cache", tree_len + cli::verify_attn_scratch_bytes(L, Dqk, d_v),
+      "verify_attn: L = prefix_len + T = " + std::to_string(L) + " keys of Dqk = " + std::to_string(Dqk));
 }
 
 #ifndef KDTR_NO_CUDA
@@ -135,10 +134,10 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
 std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, float sm_scale,
                      const std::string& attn_kernel) {
   // Everything that can refuse the problem is settled before any allocation.
-  const GreedyStepStages host =
-      ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
+  const GreedyStepStages host = ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
   // shared memory limits N; the select kernel where it fits
-  const int32_t build_kernel = ops::configure_tree_build(host.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
+  const int32_t build_kernel =
+      ops::configure_tree_build(host.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
   // verify_attn: the kernel instance for these dims and dtype (--kernel)
   const VerifyAttnPlan plan =
       ops::plan_verify_attn(host.attn, attn_kernel, args.device, attn_kernel == "auto" ? "" : "verify_attn: ");

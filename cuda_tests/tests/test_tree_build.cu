@@ -54,7 +54,8 @@ int32_t kernel_option(const cli::Args& args) {
   if (k == "auto") return TREE_BUILD_KERNEL_AUTO;
   if (k == "heap") return TREE_BUILD_KERNEL_HEAP;
   if (k == "select") return TREE_BUILD_KERNEL_SELECT;
-  cli::die(cli::EXIT_USAGE, "--kernel must be auto, heap or select, not '" + k + "'; " + cli::Args::usage(kProg, {"kernel"}));
+  cli::die(cli::EXIT_USAGE,
+           "--kernel must be auto, heap or select, not '" + k + "'; " + cli::Args::usage(kProg, {"kernel"}));
   return TREE_BUILD_KERNEL_AUTO;
 }
 
@@ -68,10 +69,11 @@ void check_limits(const File& g, const ops::Dims& d, const ops::Outputs& out, bo
         select ? cli::Bytes::product({static_cast<uint64_t>(cpu::tree_build_select_set_bytes(d["N"])), 1}) +
                      cli::Bytes::product({static_cast<uint64_t>(d["D"]), static_cast<uint64_t>(d["K"]), 8})
                : cli::Bytes::product({0});
-    cli::require_scratch_bytes(g, "metadata max_budget",
-                               cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]), static_cast<uint64_t>(d["D"]),
-                                                             cpu::tree_build_candidate_bytes(), set),
-                               d.eq("N") + ", " + d.eq("D"));
+    cli::require_scratch_bytes(
+        g, "metadata max_budget",
+        cli::tree_build_scratch_bytes(static_cast<uint64_t>(d["N"]), static_cast<uint64_t>(d["D"]),
+                                      cpu::tree_build_candidate_bytes(), set),
+        d.eq("N") + ", " + d.eq("D"));
   }
 }
 
@@ -92,8 +94,8 @@ int run(const cli::Args& args) {
   if (args.cuda()) {
 #ifndef KDTR_NO_CUDA
     // Shared memory limits N: checked before anything is allocated on the device.
-    const int32_t k =
-        ops::configure_tree_build(ops::tree_build_params(ops::Slots(in.dims()).add(in).add(out)), want, args.device, "");
+    const int32_t k = ops::configure_tree_build(ops::tree_build_params(ops::Slots(in.dims()).add(in).add(out)), want,
+                                                args.device, "");
     const ops::Device dev(in, out);
     TreeBuildParams p = ops::tree_build_params(dev.slots(in.dims()));
     p.kernel = k;

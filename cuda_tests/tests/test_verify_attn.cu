@@ -82,9 +82,9 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
   uint64_t L = 0;
   for (int64_t b = 0; b < in.dim("B"); ++b)
     L = std::max<uint64_t>(L, static_cast<uint64_t>(prefix_len[b]) + static_cast<uint64_t>(tree_len[b]));
-  cli::require_scratch_bytes(g, "input.kv_cache", cli::verify_attn_scratch_bytes(L, Dqk, d_v),
-                             "L = prefix_len + tree_len = " + std::to_string(L) + " keys of Dqk = " +
-                                 std::to_string(Dqk));
+  cli::require_scratch_bytes(
+      g, "input.kv_cache", cli::verify_attn_scratch_bytes(L, Dqk, d_v),
+      "L = prefix_len + tree_len = " + std::to_string(L) + " keys of Dqk = " + std::to_string(Dqk));
 }
 
 #ifndef KDTR_NO_CUDA

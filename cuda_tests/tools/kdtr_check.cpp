@@ -11,8 +11,9 @@
 //   tensor <name> <dtype> [<d0>,<d1>,...]
 //   meta <key> <int|float|string|bool> <value>
 // (strings JSON-quoted, unprintable characters as \uNNNN; floats %.17g, bools true/false;
-// unprintable characters in names and keys as \xNN / \uNNNN, see kdtr::escape_control).  On a kdtr::Error: exactly one line "<ErrorCodeName>: <what()>" on
-// stderr, exit 2.  Usage errors: one line, exit 2.  Anything else: one line, exit 1.
+// unprintable characters in names and keys as \xNN / \uNNNN, see kdtr::escape_control).  On a kdtr::Error: exactly one
+// line "<ErrorCodeName>: <what()>" on stderr, exit 2.  Usage errors: one line, exit 2.  Anything else: one line,
+// exit 1.
 
 #include <cstdio>
 #include <cstring>
@@ -89,8 +90,7 @@ void list(const kdtr::File& f) {
 
 void copy(const kdtr::File& f, const std::string& out) {
   kdtr::Writer w;
-  for (const kdtr::TensorView& t : f.tensors())
-    w.add(t.name, t.dtype, t.shape, t.data, static_cast<size_t>(t.nbytes));
+  for (const kdtr::TensorView& t : f.tensors()) w.add(t.name, t.dtype, t.shape, t.data, static_cast<size_t>(t.nbytes));
   for (const auto& kv : f.metadata_entries()) w.set_metadata(kv.first, kv.second);
   w.write(out);
 }
@@ -120,15 +120,17 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--no-verify") verify = false;
     else if (a == "--copy") do_copy = true;
-    else if (a == "-h" || a == "--help") { std::printf("%s\n", kUsage); return 0; }
-    else if (a == "--version") {
+    else if (a == "-h" || a == "--help") {
+      std::printf("%s\n", kUsage);
+      return 0;
+    } else if (a == "--version") {
       std::printf("kdtr_check: KDTR %u.%u reader and writer; CRC-32: %s\n", unsigned{kdtr::VERSION_MAJOR},
                   unsigned{kdtr::VERSION_MINOR}, kdtr::crc32_implementation().c_str());
       return 0;
-    }
-    else if (a.size() > 1 && a[0] == '-' && a != "--") return usage_error("unknown option " + a);
-    else if (a == "--") { for (++i; i < argc; ++i) files.emplace_back(argv[i]); }
-    else files.push_back(a);
+    } else if (a.size() > 1 && a[0] == '-' && a != "--") return usage_error("unknown option " + a);
+    else if (a == "--") {
+      for (++i; i < argc; ++i) files.emplace_back(argv[i]);
+    } else files.push_back(a);
   }
   if (files.size() != (do_copy ? 2u : 1u))
     return usage_error(do_copy ? "--copy needs IN and OUT" : "expected exactly one FILE");
