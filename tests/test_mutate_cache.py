@@ -262,3 +262,39 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_the_mutant_runs_again(warm, t
     if tamper not in ("link", "directory"):  # rewritten with the true verdict
         assert json.loads(path.read_text())["result"]["outcome"] == mut.KILLED
         assert _hit(mut.VerdictCache(cache.directory), killed, ws, plan)
+
+
+def test_a_mutate_run_reads_each_golden_once(checkout, monkeypatch):
+    """Two goldens, three mutants (two run the goldens, one is identical), no verdict cache:
+    the calibration and every mutant's cases share one read of each golden, and the
+    verdicts are those of a read per case."""
+    from kdtr.judge import Golden
+
+    gdir = checkout / "golden"
+    shutil.copy2(REPO_ROOT / "golden" / "tree_accept" / "chain.kdtr", gdir / "tree_accept" / "chain.kdtr")
+    goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
+    reads: list[Path] = []
+    real = Golden.read.__func__
+
+    def counting(cls, path, *args, **kwargs):
+        reads.append(Path(path))
+        return real(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(Golden, "read", classmethod(counting))
+    res = _invoke(checkout, "--no-cache")
+    assert res.exit_code == 1, res.output  # the survivor
+    assert _outcomes(checkout) == {name: outcome for name, (_, _, outcome) in MUTANTS.items()}
+    data = json.loads((checkout / "reports" / "mutation.json").read_text())
+    killed = next(m for m in data["mutants"] if m["id"].endswith("/killed"))
+    assert sorted(killed["killed_by"]) == ["tree_accept/chain@cpu", "tree_accept/default@cpu"]
+    assert sorted(reads) == sorted(gdir.glob("tree_accept/*.kdtr")), reads  # once each
+
+
+def test_a_cached_rerun_does_not_say_it_builds_the_unmutated_binaries(checkout):
+    first = _invoke(checkout)
+    assert "building the unmutated CPU binaries" in first.output, first.output
+    again = _invoke(checkout)
+    assert again.exit_code == first.exit_code == 1, again.output
+    assert "building" not in again.output and "verdict cache: 3 of 3 verdicts" in again.output, again.output
+    no_cache = _invoke(checkout, "--no-cache")  # the mutants are built, the unmutated build is cached
+    assert "building the unmutated" not in no_cache.output, no_cache.output

@@ -96,8 +96,9 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalo
         verdicts = mut.VerdictCache(root / mut.CACHE_DIR) if cache else None
         with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
             try:
-                console.print(f"kdtr mutate: building the unmutated CPU binaries in {tmp}", markup=False)
-                ws = mut.Workspace(root, Path(tmp), cxxflags)
+                ws = mut.Workspace(root, Path(tmp), cxxflags, on_build=lambda base: console.print(
+                    f"kdtr mutate: building the unmutated CPU binaries (kept in {printable(str(base))})",
+                    markup=False))
                 plan = mut.load_goldens(gdir, registry=kdtr.generators.REGISTRY)
             except (RuntimeError, runner.UsageError) as exc:
                 fail_usage(printable(str(exc)))

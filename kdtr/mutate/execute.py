@@ -1,7 +1,8 @@
 """Running mutants: the goldens of the run (:func:`load_goldens`), their time limits from
 the unmutated build (:func:`calibrate`), one mutant (:func:`run_mutant`) and all of them
 on a thread pool (:func:`run`), with verdicts taken from and stored in a
-:class:`kdtr.mutate.cache.VerdictCache`."""
+:class:`kdtr.mutate.cache.VerdictCache`. Each golden is read once per plan
+(:attr:`Plan.goldens`, a :class:`kdtr.run.GoldenStore`), whatever the number of mutants."""
 
 from __future__ import annotations
 
@@ -62,13 +63,16 @@ class Plan:
     # against those bytes (runner.RunConfig.vouched), whatever a binary does to the files
     vouched: dict[Path, Any] = field(default_factory=dict)
     calibrated: bool = False  # the unmutated build passed every case and `timeouts` is set
+    # each golden read once (kdtr.judge.Golden, held to `vouched`) for the whole mutate run:
+    # the calibration and every mutant's cases are judged against that one read
+    goldens: runner.GoldenStore = field(default_factory=runner.GoldenStore, repr=False, compare=False)
 
 
 def _run_cases(cases: list[runner.Case], bin_dir: Path, out_dir: Path, plan: Plan) -> list[runner.CaseResult]:
     results = []
     for c in cases:
         cfg = runner.RunConfig(golden_dir=plan.golden_dir, bin_dir=bin_dir, out_dir=out_dir,
-                               timeout=plan.timeouts.get(c, 60.0), vouched=plan.vouched)
+                               timeout=plan.timeouts.get(c, 60.0), vouched=plan.vouched, goldens=plan.goldens)
         out_dir.mkdir(parents=True, exist_ok=True)
         results.append(runner.run_case(c, cfg))
         if results[-1].status == Status.TIMEOUT:

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kdtr import children, fsutil
@@ -125,12 +125,16 @@ class Workspace:
     directory ``cache_dir/.base-tmp-*`` and renamed into place whole; and only directories
     carrying kdtr's markers (``.complete``, ``.kdtr-staging``) are ever removed.
 
+    ``on_build(base)`` is called before the unmutated build is made (not when it is
+    cached): the CLI says then that it builds.
+
     Raises:
         kdtr.fsutil.UnsafePath: (an OSError) the lock file is a link or not kdtr's.
         RuntimeError: the unmutated build failed, or make's graph names no source of a binary.
     """
 
-    def __init__(self, root: Path, scratch: Path, cxxflags: str | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(self, root: Path, scratch: Path, cxxflags: str | None = None, cache_dir: Path | None = None, *,
+                 on_build: Callable[[Path], None] | None = None) -> None:
         self.root = root
         self.scratch = scratch
         self.cxxflags = cxxflags
@@ -141,6 +145,8 @@ class Workspace:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs build the cache once
             if not _is_marked(self.base, ".complete"):
+                if on_build is not None:  # only when a build runs (a cached one is silent)
+                    on_build(self.base)
                 self._build_base(cache_dir)
             self.graph = self._load_graph()
         finally:
