@@ -240,8 +240,9 @@ $(OBJ)/greedy_step_chain.o: cuda_tests/tests/greedy_step_chain.cpp $(CONFIG_STAM
 # $(OBJ)/kdtr_<op>.d: every cuda_tests/ file the binary is built from (the union of its
 # objects' deps), written at link time for tools that ask which binaries a file reaches
 # (kdtr mutate); as a make rule it only repeats what the objects' .d files say.
-bin_deps = $(file >$(OBJ)/kdtr_$(1).d,$(BIN)/kdtr_$(1): $(sort $(filter cuda_tests/%,$(filter-out %:,\
-  $(foreach d,$(patsubst %.o,%.d,$(filter %.o,$(2))),$(file <$(d)))))))
+# (A recipe line, so `make -n` only prints it.)
+bin_deps = @printf '%s\n' '$(BIN)/kdtr_$(1): $(sort $(filter cuda_tests/%,$(filter-out %:,\
+  $(foreach d,$(patsubst %.o,%.d,$(filter %.o,$(2))),$(file <$(d))))))' > $(OBJ)/kdtr_$(1).d
 
 .SECONDEXPANSION:
 ifeq ($(VARIANT),cuda)

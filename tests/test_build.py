@@ -4,6 +4,7 @@ compiles every CUDA source with nvcc, so a CUDA compile error fails CI even with
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import pytest
 
@@ -26,3 +27,28 @@ def test_every_cuda_source_was_compiled_by_nvcc(repo_root):
         assert obj.stat().st_mtime >= src.stat().st_mtime, f"{obj} is older than {src}"
     for src in tests:
         assert (repo_root / "build" / "bin" / f"kdtr_{src.stem[len('test_'):]}").exists(), src
+
+
+CORES = ("tree_accept", "tree_build", "verify_attn", "greedy_step")
+
+
+@pytest.mark.parametrize("op", CORES)
+def test_a_core_edit_recompiles_only_the_objects_that_include_it(repo_root, op):
+    """`make -n -W cuda_tests/kernels/<op>.cuh` on the built tree: the host sources it
+    recompiles are the op's CPU core object alone (cuda_tests/cpu/<op>.cpp), never a
+    binary's main, so a mutant of a core costs one small compile and a link."""
+    if not (repo_root / "build" / "config.stamp").is_file():
+        pytest.fail("build/ is not built: run `make` first", pytrace=False)
+    variant = (repo_root / "build" / "config.stamp").read_text().split()[0]
+    args = [] if variant == "cuda" else ["NO_CUDA=1"]
+    targets = [f"build/bin/kdtr_{o}" for o in CORES]
+    r = subprocess.run(["make", "-n", "--no-print-directory", *args, "-W", f"cuda_tests/kernels/{op}.cuh", *targets],
+                       cwd=repo_root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sources = set()  # the file each compile line compiles (the word after -c)
+    for ln in r.stdout.splitlines():
+        words = ln.split()
+        if "-c" in words:
+            sources.add(words[words.index("-c") + 1])
+    host = sorted(s for s in sources if not s.startswith("cuda_tests/kernels/"))
+    assert host == [f"cuda_tests/cpu/{op}.cpp"], r.stdout
