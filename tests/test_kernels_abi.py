@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import REPO_ROOT
 from kdtr import kernels
 from kdtr.ops import OPS as SPECS
 from kdtr.testing import assert_conforms, goldens
-
-from conftest import REPO_ROOT
 
 OPS = ("tree_build", "verify_attn", "tree_accept", "greedy_step")
 ALL_GOLDENS = [g for op in OPS for g in goldens(op)]
@@ -335,7 +334,7 @@ def test_cuda_entries_conform(lib, golden):
         pytest.skip(CUDA_REASON)
     if not kernels.has_cuda():
         pytest.fail("torch has a CUDA device but libkdtr_kernels.so is the CPU-only build: run `make lib` with nvcc")
-    fn = getattr(golden, "op")
+    fn = golden.op
     extra = {"max_budget": golden.metadata["max_budget"]} if "max_budget" in golden.metadata else {}
     out = getattr(kernels, fn)(**_cuda_inputs(torch, golden), **extra)  # device inferred: cuda
     assert all(v.is_cuda for v in out.values())
