@@ -279,9 +279,10 @@ clean:
 #
 # One extern "C" entry per op and backend (cuda_tests/include/kdtr_kernels.h,
 # cuda_tests/lib/kdtr_kernels.cu), called from Python by kdtr/kernels.py.  CUDA build:
-# the kernels compiled again as position-independent objects into $(OBJ)/pic/ and linked
-# with the entries by nvcc -shared (static cudart); CPU-only build (no nvcc, NO_CUDA=1):
-# the entries alone by $(CXX) -shared, every *_cuda entry returning "not built with CUDA".
+# the kernels and the CPU cores compiled again as position-independent objects into
+# $(OBJ)/pic/ and linked with the entries by nvcc -shared (static cudart); CPU-only build
+# (no nvcc, NO_CUDA=1): the entries and the CPU cores by $(CXX) -shared, every *_cuda entry
+# returning "not built with CUDA".
 # Not part of `make build`; `make test` builds it.
 LIBDIR := $(BUILD)/lib
 PIC := $(OBJ)/pic
