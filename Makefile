@@ -368,7 +368,7 @@ run: build venv
 
 # A conformance run first (it leaves reports/ for CI), then the whole suite; both must pass.
 # `make lib` (after build, in a fresh make that sees what `deps` installed) for the tests
-# of the C ABI bindings (tests/test_kernels_abi.py).
+# of the C ABI bindings (tests/binaries/test_kernels_abi.py).
 test: build venv
 	@$(MAKE) --no-print-directory lib
 	$(KDTR) run $(RUN_ARGS) ; rc=$$? ; \

@@ -9,7 +9,7 @@
 #             `kdtr run --kernel`: every verify_attn and greedy_step golden through --kernel
 #             simt, mma and wgmma, judged by the goldens' contracts (auto and simt must
 #             run; mma / wgmma exit 3 where they do not apply: NOT_SUPPORTED); the edge-case
-#             check bench/check_verify_attn.py; tests/test_sass_summary.py against a real
+#             check bench/check_verify_attn.py; tests/tools/test_sass_summary.py against a real
 #             cuobjdump and nvcc
 #   bench     bench/bench_verify_attn.py: the K2 table, every kernel, torch SDPA (BENCH_ARGS)
 #   sanitize  compute-sanitizer (SANITIZER_TOOLS, default memcheck initcheck) on
@@ -88,8 +88,8 @@ if has check; then
   cat /tmp/kdtr_cva.log >> "$OUT/check.log"
   note "check_verify_attn rc=$rc: $(tail -1 /tmp/kdtr_cva.log)"
   grep -vE '^(PASS|SKIP)' /tmp/kdtr_cva.log | grep -v '^failures' | cut -c1-300 | head -20 | tee -a "$SUM"
-  echo "=== pytest tests/test_sass_summary.py (real nvcc + cuobjdump)" >> "$OUT/check.log"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_sass_summary.py >> "$OUT/check.log" 2>&1
+  echo "=== pytest tests/tools/test_sass_summary.py (real nvcc + cuobjdump)" >> "$OUT/check.log"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/tools/test_sass_summary.py >> "$OUT/check.log" 2>&1
   note "test_sass_summary rc=$?: $(grep -E 'passed|failed|error' "$OUT/check.log" | tail -1)"
   note "check: $(( $(elapsed) - t )) s"
 fi

@@ -12,7 +12,7 @@ output. So before allocating, the reference ops and the C++ binaries compute the
 and refuse what exceeds them: the Python reference with a ``ValueError`` naming the
 argument, a binary with exit 2 and one line naming the file and the field. The values are
 the same as ``kMaxOutputBytes`` / ``kMaxScratchBytes`` in cuda_tests/include/kdtr_cli.hpp
-(tests/test_binary_limits.py checks it). The environment variables
+(tests/binaries/test_binary_limits.py checks it). The environment variables
 ``KDTR_MAX_OUTPUT_BYTES`` and ``KDTR_MAX_SCRATCH_BYTES`` (decimal byte counts) replace them
 for one process -- and for the binaries it starts, which inherit the environment.
 """

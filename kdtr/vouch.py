@@ -164,7 +164,8 @@ def load_vouched(path: str | os.PathLike, vouch: Vouch | None) -> tuple[kformat.
     got = Vouch.of_bytes(data, "the run's first read")
     if vouch is not None:
         if vouch.size is not None and got.size != vouch.size:
-            raise NotVouched(p, f"{got.size} bytes where {vouch.source} vouched for {vouch.size} (changed since: {_HOW})")
+            raise NotVouched(p, f"{got.size} bytes where {vouch.source} vouched for {vouch.size} "
+                                f"(changed since: {_HOW})")
         if got.sha256 != vouch.sha256:
             raise NotVouched(p, f"sha256 {got.sha256[:16]}... differs from the {vouch.sha256[:16]}... that "
                                 f"{vouch.source} vouched for (changed since: {_HOW})")

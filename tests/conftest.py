@@ -37,6 +37,22 @@ def load_tool(name: str):
     return mod
 
 
+def import_test_module(rel: str):
+    """The test module tests/<rel> (e.g. ``"unit/test_format_fuzz.py"``) for its helpers: the
+    one pytest collected when it did (the same module name, so the same objects), else
+    imported now from its file."""
+    import importlib.util
+
+    name = Path(rel).stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TESTS_DIR / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def golden_subset(dest: Path, op: str, configs: list[str], waivers: dict[str, str] | None = None) -> Path:
     """dest/golden: a golden directory holding the committed goldens `op`/`configs` and a
     MANIFEST.json that lists just them (their committed entries); with `waivers`, a
@@ -80,7 +96,7 @@ def kdtr_check() -> Path:
     if not (KDTR_CHECK.is_file() and os.access(KDTR_CHECK, os.X_OK)):
         pytest.fail(
             f"{KDTR_CHECK} does not exist or is not executable: run `make` in {REPO_ROOT} "
-            "to build the C++ reader before running tests/test_format_cpp.py",
+            "to build the C++ reader before running tests/binaries/test_format_cpp.py",
             pytrace=False,
         )
     return KDTR_CHECK

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the H200 device machine: build the C ABI (`make lib`: build/lib/libkdtr_kernels.so with
-# the CUDA kernels and the CPU backends) and run tests/test_kernels_abi.py, whose CUDA tests
+# the CUDA kernels and the CPU backends) and run tests/binaries/test_kernels_abi.py, whose CUDA tests
 # put every committed golden through the CUDA entries with torch tensors (kdtr.kernels).
 # Logs go to $OUT (default ./h200-out): env.txt, build.log, pytest.log, junit-kernels-abi.xml.
 # The CUDA tests skip without torch + a CUDA device; here that is a failure (exit 1) unless
@@ -29,5 +29,5 @@ make -j8 lib 2>&1 | tee "$OUT/build.log"
 nm -D --defined-only build/lib/libkdtr_kernels.so | grep ' kdtr_' >> "$OUT/build.log"
 
 python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$OUT/junit-kernels-abi.xml" \
-  tests/test_kernels_abi.py 2>&1 | tee "$OUT/pytest.log"
+  tests/binaries/test_kernels_abi.py 2>&1 | tee "$OUT/pytest.log"
 exit "${PIPESTATUS[0]}"

@@ -36,7 +36,7 @@ if [ "$STEP" = check ]; then
   note "kdtr run --kernel mma,wgmma: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/kernels-tc.log" | tail -1)"
   python3 -m kdtr.cli regen --check > "$W/regen_check.log" 2>&1
   note "regen --check: exit $?; $(tail -1 "$W/regen_check.log"); $(python3 -c 'import numpy, ml_dtypes, platform; print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "python", platform.python_version(), platform.machine())')"
-  python3 -m pytest -q -p no:cacheprovider tests/test_host_independence.py tests/test_bf16.py > "$W/pytest.log" 2>&1
+  python3 -m pytest -q -p no:cacheprovider tests/harness/test_host_independence.py tests/unit/test_bf16.py > "$W/pytest.log" 2>&1
   note "pytest host-independence + bf16: exit $?; $(tail -1 "$W/pytest.log")"
 else
   { date -u; nproc; g++ --version | head -1; } > "$W/mutate-env.txt" 2>&1

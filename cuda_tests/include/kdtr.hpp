@@ -835,7 +835,7 @@ class File {
     throw Error(code, path_, field, offset, detail);
   }
 
-  // The reader, in the steps of kdtr/format.py's (docs/kdtr-format.md section 3): the
+  // The reader, in the steps of kdtr/format/read.py's (docs/kdtr-format.md section 3): the
   // preamble, the header CRC, the counts, each tensor entry, each metadata entry, the
   // extension, the data region, then (verify) each tensor's checksum.  Each step throws
   // the first defect it meets, so the checks run in file order, as in Python.

@@ -85,7 +85,7 @@ HeaderCrc = Int32ul
 # The whole header body (bytes [16, 16 + header_len - 4): everything but the preamble and
 # the header CRC) as one declaration. This is the layout of record: the single-pass codecs
 # below, as read._parse_body_fast and write.encode use them, implement exactly it, and
-# tests/test_format_fast.py checks that they agree with it byte for byte.
+# tests/unit/test_format_fast.py checks that they agree with it byte for byte.
 TensorEntryLayout = Struct(
     "name_len" / Int16ul,
     "name" / Bytes(this.name_len),

@@ -310,7 +310,7 @@ def _parse_body_fast(
     Returns the same (entries, metadata) as :func:`_parse_body_checked` for a header that
     breaks no rule, and None for any other: it never raises a format error itself, the
     caller then runs :func:`_parse_body_checked`, which names the first defect in file
-    order. (tests/test_format_fast.py checks that the two agree.)"""
+    order. (tests/unit/test_format_fast.py checks that the two agree.)"""
     n = len(body)
     if n < _COUNTS.size:
         return None

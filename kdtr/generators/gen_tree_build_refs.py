@@ -166,7 +166,7 @@ def _synth_invalid(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.
     return x
 
 
-# status_precedence: (request, expected status) -- checked by tests/test_gen_tree_build.py.
+# status_precedence: (request, expected status) -- checked by tests/unit/test_gen_tree_build.py.
 PRECEDENCE_STATUS = (1, 1, 2, 3, 3, 5, 5, 4, 3, 3, 0, 6)
 
 

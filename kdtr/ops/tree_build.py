@@ -189,7 +189,10 @@ def tree_build(
         if st != STATUS_OK and on_invalid == "raise":
             raise ValueError(f"request {r}: invalid input ({STATUS_NAMES[st]})")
         status[r] = st
-        tokens, depths, parents = ([], [], []) if st else build_request(lp[r], ids[r], int(budget[r]), int(depth_limit[r]))
+        if st:
+            tokens, depths, parents = [], [], []
+        else:
+            tokens, depths, parents = build_request(lp[r], ids[r], int(budget[r]), int(depth_limit[r]))
         n = len(tokens)
         count[r] = n
         tok[r, 0], dep[r, 0] = root_token_ids[r], 0

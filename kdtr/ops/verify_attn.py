@@ -58,8 +58,8 @@ def _scores_f64(qr: np.ndarray, keys: Sliced, bad_k: np.ndarray, keys_raw: np.nd
     """Scaled scores [tl,H,L] (float64) of queries qr [tl,H,Dqk] against the keys [L,Dqk].
 
     Finite operands go through :func:`kdtr.detmath.matmul_exact` (``keys`` is the sliced
-    key matrix [Dqk, L], its non-finite rows zeroed): the same bits on every host. Entries whose query row or key row (``bad_k``)
-    holds a NaN or an infinity are recomputed as plain IEEE sums of products: all of them
+    key matrix [Dqk, L], its non-finite rows zeroed): the same bits on every host. Entries whose query row
+    or key row (``bad_k``) holds a NaN or an infinity are recomputed as plain IEEE sums of products: all of them
     are NaN or +-inf, and their class (NaN if a term is NaN, as 0 * inf, or terms of +inf
     and -inf meet; else +-inf) does not depend on the order of the sum.
     """

@@ -20,7 +20,7 @@ from fakes import make_fake, relist, report_cases
 from kdtr.cli.main import main
 from kdtr.ops.tree_accept import tree_accept
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 def show(*args, env=None):

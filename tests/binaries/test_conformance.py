@@ -206,7 +206,7 @@ def test_tree_build_binary_input_errors_name_the_tensor(build_binary, tmp_path, 
 # every committed greedy_step golden (the generator's committed tier)
 GREEDY_GOLDENS = sorted(
     f[: -len(".kdtr")]
-    for f in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "greedy_step"))
+    for f in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "golden", "greedy_step"))
     if f.endswith(".kdtr")
 )
 

@@ -31,7 +31,7 @@ import kdtr
 from kdtr import convert as kconvert
 from kdtr.cli.convert_cmd import convert as convert_cmd
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 GOLDENS = sorted(REPO_ROOT.glob("golden/*/*.kdtr"))
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

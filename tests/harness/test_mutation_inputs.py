@@ -6,7 +6,7 @@ from the CPU binary (build/bin/kdtr_<op> --backend cpu), and, where cheap, a few
 Python that replay the bug show that the bug answers otherwise. The goldens that kill each
 whole class of bugs (tree_accept/bad_links, tree_accept/leaf_siblings, tree_build/near_ties,
 verify_attn/huge_scores, no_visible_key, masked_extremes, finite_padding, and
-greedy_step/finite_padding) are tested in tests/test_gen_*.py; inputs that fit a golden's
+greedy_step/finite_padding) are tested in tests/unit/test_gen_*.py; inputs that fit a golden's
 dims are embedded in it, which is checked here too.
 
 Item 8 of the issue: an expected lse of -inf (padding rows) must be checked. A backend that
@@ -43,7 +43,7 @@ def run_cpu(op: str, inputs: dict[str, np.ndarray], tmp_path, metadata: dict | N
     expected tensors)."""
     golden = tmp_path / f"{op}.in.kdtr"
     kdtr.save(golden, {f"input.{k}": np.asarray(v) for k, v in inputs.items()},
-              {"op": op, "config": "issue10", **(metadata or {})})
+              {"op": op, "config": "mutation_input", **(metadata or {})})
     out = tmp_path / f"{op}.out.kdtr"
     r = subprocess.run([str(op_binary(op)), "--input", str(golden), "--output", str(out), "--backend", "cpu"],
                        capture_output=True, text=True, timeout=60)

@@ -297,7 +297,9 @@ def test_cpp_and_python_agree_on_structured_headers(tmp_path_factory, kdtr_check
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    import test_format_fuzz as FZ
+    from conftest import import_test_module
+
+    FZ = import_test_module("unit/test_format_fuzz.py")
 
     path = tmp_path_factory.mktemp("structured") / "s.kdtr"
     diffs = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WHEEL_NAME = "nvidia_cutlass-4.2.0.0-py3-none-any.whl"
 CACHED_WHEEL = REPO / ".cache" / "cutlass" / WHEEL_NAME
 NO_NVCC = "nvcc is not on PATH: the Makefile builds the CPU-only variant with g++"

@@ -46,7 +46,8 @@ def test_integer_and_float_outputs():
     f_new = f_old.copy()
     f_new[4] = np.nextafter(f_new[4], 2.0)
     f_new[5] = np.nextafter(np.nextafter(f_new[5], 2.0), 2.0)
-    assert drift(f_old, f_new, "expected.lse") == "expected.lse: float output changed: 2 of 6 elements changed (max 2 ULP)"
+    want = "expected.lse: float output changed: 2 of 6 elements changed (max 2 ULP)"
+    assert drift(f_old, f_new, "expected.lse") == want
     assert "int32[2] -> int32[3]" in drift(old[:2], old[:3])
 
 

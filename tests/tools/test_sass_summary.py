@@ -20,7 +20,7 @@ import pytest
 
 from conftest import load_tool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 SASS = DATA / "sass_fixture.sass.txt"
 ELF = DATA / "sass_fixture.elf.txt"

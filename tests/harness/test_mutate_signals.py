@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 90.0  # seconds: only a hang reaches it
 
 TA = "cuda_tests/kernels/tree_accept.cuh"

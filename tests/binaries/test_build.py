@@ -18,7 +18,7 @@ def test_every_cuda_source_was_compiled_by_nvcc(repo_root):
     tests = sorted((repo_root / "cuda_tests" / "tests").glob("test_*.cu"))
     assert kernels and tests
     # The Hopper kernel is compiled only with its CUTLASS headers and 90 in CUDA_ARCH (the
-    # stamp says "wgmma=none" otherwise; tests/test_build_arch.py checks when it must be).
+    # stamp says "wgmma=none" otherwise; tests/binaries/test_build_arch.py checks when it must be).
     if "| wgmma=none " in stamp:
         kernels = [k for k in kernels if k.name != "verify_attn_sm90.cu"]
     for src in kernels:

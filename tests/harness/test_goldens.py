@@ -11,17 +11,17 @@ import pytest
 from click.testing import CliRunner
 
 import kdtr.generators
-from kdtr.generators import gen_accept_refs
 from kdtr import goldens
-from kdtr.ops import tree_accept as accept_op
 from kdtr.cli.main import main
+from kdtr.generators import gen_accept_refs
+from kdtr.ops import tree_accept as accept_op
 
 
 @pytest.fixture
 def gdir(tmp_path, repo_root, monkeypatch):
     """A copy of golden/ and a registry, both without the second tier: these tests are about
     drift detection in committed goldens, and regenerating the second tier (a third of a
-    minute) each time adds nothing (tests/test_host_independence.py checks its hashes)."""
+    minute) each time adds nothing (tests/harness/test_host_independence.py checks its hashes)."""
     d = tmp_path / "golden"
     shutil.copytree(repo_root / "golden", d, ignore=shutil.ignore_patterns(".cache"))
     reg = kdtr.generators.REGISTRY

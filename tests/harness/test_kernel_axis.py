@@ -86,7 +86,7 @@ def env(tmp_path, monkeypatch):
                       {"input.x": np.arange(4, dtype=np.int32), "expected.y": np.arange(4, dtype=np.int32) * 2},
                       {"op": op, "config": c, "contract.y.kind": "exact"})
         fake = bdir / f"kdtr_{op}"
-        fake.write_text(FAKE.format(python=sys.executable, root=str(Path(__file__).resolve().parent.parent)))
+        fake.write_text(FAKE.format(python=sys.executable, root=str(Path(__file__).resolve().parents[2])))
         fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     goldens.write_manifest(gdir, goldens.manifest_of_files(gdir))
     log = tmp_path / "log.jsonl"

@@ -35,7 +35,7 @@ from kdtr.ops import tree_accept as ta
 from kdtr.ops import tree_build as tb
 from kdtr.ops import verify_attn as va
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("KDTR_BIN_DIR", REPO_ROOT / "build" / "bin"))
 OPS = ("tree_build", "verify_attn", "tree_accept", "greedy_step")
 AS_LIMIT = 2 << 30  # address space of every binary run here
@@ -133,24 +133,24 @@ def _greedy_step_golden(path: Path, b: int, n: int, s: int) -> Path:
 
 
 @pytest.fixture
-def issue_golden(tmp_path) -> Path:
-    """The issue's 644-byte tree_build golden: B = D = K = 1, max_budget 2^31 - 2."""
+def huge_budget(tmp_path) -> Path:
+    """A 644-byte tree_build golden whose max_budget 2^31 - 2 (B = D = K = 1) asks for 4.6e18 output bytes."""
     path = tmp_path / "golden.kdtr"
-    kdtr.save(path, _tree_build_inputs(1), {"op": "tree_build", "config": "issue8", "max_budget": 2**31 - 2})
+    kdtr.save(path, _tree_build_inputs(1), {"op": "tree_build", "config": "budget_limit", "max_budget": 2**31 - 2})
     assert path.stat().st_size == 644
     return path
 
 
-def test_issue_golden_refused_at_once(issue_golden, tmp_path):
-    r = _run_op("tree_build", issue_golden, tmp_path / "out.kdtr")
-    line = _refused(r, "kdtr_tree_build", f"{issue_golden}: metadata max_budget: outputs would need 4.61e18 bytes",
+def test_huge_budget_refused_at_once(huge_budget, tmp_path):
+    r = _run_op("tree_build", huge_budget, tmp_path / "out.kdtr")
+    line = _refused(r, "kdtr_tree_build", f"{huge_budget}: metadata max_budget: outputs would need 4.61e18 bytes",
                     f"over the limit of {limits.MAX_OUTPUT_BYTES} bytes (4 GiB)", limits.MAX_OUTPUT_BYTES_ENV)
     assert "T = max_budget + 1 = 2147483647" in line
     assert not (tmp_path / "out.kdtr").exists()
 
 
-def test_issue_golden_refused_by_cuda_backend(issue_golden, tmp_path):
-    r = _run_op("tree_build", issue_golden, tmp_path / "out.kdtr", backend="cuda")
+def test_huge_budget_refused_by_cuda_backend(huge_budget, tmp_path):
+    r = _run_op("tree_build", huge_budget, tmp_path / "out.kdtr", backend="cuda")
     _cuda_refused_or_absent(r, "kdtr_tree_build", "metadata max_budget: outputs would need")
 
 

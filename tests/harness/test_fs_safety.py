@@ -214,9 +214,9 @@ def test_an_obtained_op_directory_that_is_a_link_is_an_error_naming_it(tmp_path)
     os.symlink(theirs, out / "tree_accept")
     with pytest.raises(fsutil.UnsafePath, match="symbolic link"):
         fsutil.make_dirs(out, "tree_accept")
-    case = runner.Case("tree_accept", "default", Path(__file__).parent.parent / "golden" / "tree_accept" /
+    case = runner.Case("tree_accept", "default", Path(__file__).resolve().parents[2] / "golden" / "tree_accept" /
                        "default.kdtr", "cpu")
-    cfg = runner.RunConfig(golden_dir=case.golden.parent.parent, bin_dir=Path(__file__).parent.parent / "build" / "bin",
+    cfg = runner.RunConfig(golden_dir=case.golden.parent.parent, bin_dir=case.golden.parents[2] / "build" / "bin",
                            out_dir=out)
     res = runner.run_case(case, cfg)
     assert res.status == runner.Status.ERROR and "tree_accept" in res.reason and "symbolic link" in res.reason

@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 
 import kdtr
-from kdtr import kernels, limits
-
 from conftest import REPO_ROOT, op_binary
+from kdtr import kernels, limits
 
 GOLDEN = REPO_ROOT / "golden"
 LIMIT_ENVS = (limits.MAX_OUTPUT_BYTES_ENV, limits.MAX_SCRATCH_BYTES_ENV)

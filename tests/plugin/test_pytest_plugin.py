@@ -19,7 +19,7 @@ from fakes import make_fake
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "golden"
 BIN = REPO / "build" / "bin"
 ACCEPT_BIN = BIN / "kdtr_tree_accept"
@@ -116,7 +116,7 @@ def test_kdtr_real_binaries_cpu(pytester: pytest.Pytester) -> None:
 
 
 def test_kdtr_mismatch_fails_with_the_record_and_waiver_is_xfail(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    gdir = _golden_copy(tmp_path, ["chain", "default"], {"tree_accept/default@cpu": "issue 99: known off-by-one"})
+    gdir = _golden_copy(tmp_path, ["chain", "default"], {"tree_accept/default@cpu": "upstream: known off-by-one"})
     bdir = _wrong_bin(tmp_path, gdir)
     result = pytester.runpytest("--kdtr", f"--kdtr-bin-dir={bdir}", f"--kdtr-golden-dir={gdir}",
                                 "--kdtr-backend", "cpu", "-rxX", "-p", "no:cacheprovider")
@@ -131,7 +131,7 @@ def test_kdtr_mismatch_fails_with_the_record_and_waiver_is_xfail(pytester: pytes
         f"  rerun: kdtr run --only tree_accept/chain --backend cpu --golden-dir {gdir} --bin-dir {bdir}",
     ])
     result.stdout.fnmatch_lines(
-        ["XFAIL kdtr::tree_accept/default@cpu - waived (issue 99: known off-by-one); was MISMATCH*"])
+        ["XFAIL kdtr::tree_accept/default@cpu - waived (upstream: known off-by-one); was MISMATCH*"])
 
 
 def test_kdtr_crash_and_unvouched_golden_fail(pytester: pytest.Pytester, tmp_path: Path) -> None:

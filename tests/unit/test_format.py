@@ -229,7 +229,7 @@ ZERO_SIZE_IDS = ["x".join(map(str, shape)) + f"-code{code}" for shape, code, _ i
 def test_zero_size_tensors_follow_the_size_rule(tmp_path, shape, dtype, expected):
     """Spec 1.3: SizeOverflow when the product of the NONZERO dims x itemsize exceeds
     2**63 - 1, zero-size tensors included; otherwise a valid empty tensor (nbytes 0).
-    tests/test_format_cpp.py checks the C++ reader on the same rows."""
+    tests/binaries/test_format_cpp.py checks the C++ reader on the same rows."""
     f = M.File([M.raw_tensor("z", dtype, shape)])
     path = _write(tmp_path, f.render())
     if expected == "OK":

@@ -23,7 +23,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from timing import HANG_GUARD
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pyproject() -> dict:

@@ -17,7 +17,7 @@ from kdtr.judge import judge
 from kdtr.ops import OPS
 from kdtr.testing import ConformanceError, Golden, GoldenError, assert_conforms, goldens, to_numpy
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "golden"
 
 

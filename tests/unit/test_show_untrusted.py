@@ -18,7 +18,7 @@ import kdtr
 from kdtr.cli.main import main
 from kdtr.cli.show import case_svg
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 HOSTILE = "".join(chr(i) for i in range(32)) + "\x7f\x85\u2028\u202e\ufffe\uffff<&>]]>"
 CASES = [("tree_accept", "chain"), ("tree_accept", "malformed"), ("tree_build", "default"),
          ("greedy_step", "default")]

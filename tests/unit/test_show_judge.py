@@ -21,7 +21,7 @@ from kdtr.cli.main import main
 from kdtr.cli.show import case_svg
 from kdtr.status import Status
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 def expected_as_output(op: str, config: str) -> dict:
