@@ -148,6 +148,7 @@ _TreeAcceptParams = _STRUCTS["tree_accept"]
 _GreedyStepParams = _STRUCTS["greedy_step"]
 _TREE_BUILD_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["tree_build"].kernels)}}
 _VERIFY_ATTN_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["verify_attn"].kernels)}}
+_GREEDY_STEP_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["greedy_step"].kernels)}}
 
 # ---------------------------------------------------------------------------------------
 # Loading
@@ -569,7 +570,7 @@ def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibilit
 
 def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budget: Any, depth_limit: Any, q: Any,
                 kv_cache: Any, prefix_len: Any, sm_scale: Any, d_v: Any, target_predict: Any,
-                max_budget: int | None = None, *, device: str | None = None,
+                max_budget: int | None = None, *, kernel: str = "auto", device: str | None = None,
                 lib: str | os.PathLike | None = None) -> Outputs:
     """greedy_step (docs/ops/greedy_step.md): tree_build -> verify_attn -> tree_accept in
     one call (CUDA: four launches on one stream, nothing on the host in between).  Inputs
@@ -577,7 +578,8 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     prefix_len i32 [B], sm_scale, d_v, target_predict i64 [B,T]; T = max_budget + 1
     (max_budget defaults to q's T - 1).  Outputs named ``tree_build.<name>``,
     ``verify_attn.<name>``, ``tree_accept.<name>`` as in the golden; ``.kernel`` is
-    verify_attn's kernel.
+    verify_attn's kernel.  kernel ("auto", "simt", "mma", "wgmma") forces the kernel of the
+    verify_attn stage, as ``kdtr_greedy_step --kernel`` does (device='cuda' only).
 
     Raises:
         ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
@@ -587,9 +589,13 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
         KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "greedy_step"
+    if kernel not in _GREEDY_STEP_KERNELS:
+        raise ValueError(f"{op}: kernel must be one of {', '.join(_GREEDY_STEP_KERNELS)}, not {kernel!r}")
     c = _Call(op, device, dict(top_log_probs=top_log_probs, top_token_ids=top_token_ids,
                                root_token_ids=root_token_ids, budget=budget, depth_limit=depth_limit, q=q,
                                kv_cache=kv_cache, prefix_len=prefix_len, target_predict=target_predict))
+    if kernel != "auto" and c.device == "cpu":
+        raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
     if max_budget is not None:
         c.dims["T"] = _max_budget(op, max_budget) + 1
     p = _GreedyStepParams()
@@ -641,6 +647,7 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     p.N = c.dims["T"] - 1
     p.sm_scale = scale
     p.dtype = _DTYPE_BF16 if dt == "bf16" else _DTYPE_F32
+    p.kernel = _GREEDY_STEP_KERNELS[kernel]
     c.run(L, p)
     out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
     c.keep.append(tree_len)

@@ -222,6 +222,11 @@ def test_tree_build_and_greedy_step_arguments(lib):
     with pytest.raises(ValueError, match=r"greedy_step: q: shape .* T is"):
         kernels.greedy_step(**s.inputs, max_budget=n + 1)
     assert_conforms(s, kernels.greedy_step(**s.inputs))  # max_budget from q's T
+    for k in ("simt", "mma", "wgmma"):  # the verify_attn stage's kernel: CUDA only
+        with pytest.raises(ValueError, match=rf"greedy_step: kernel '{k}' applies to device='cuda' only"):
+            kernels.greedy_step(**s.inputs, kernel=k)
+    with pytest.raises(ValueError, match=r"greedy_step: kernel must be one of auto, simt, mma, wgmma, not 'heap'"):
+        kernels.greedy_step(**s.inputs, kernel="heap")
 
 
 def test_the_library_checks_too(lib):
@@ -378,6 +383,19 @@ def test_cuda_verify_attn_wgmma(lib, golden):
             f"the Hopper kernel refused a golden it takes on a compute capability 9.0 device: {exc}"
         return
     assert out.kernel.startswith("wgmma"), out.kernel
+    torch.cuda.synchronize()
+    assert_conforms(golden, out)
+
+
+@pytest.mark.parametrize("golden", goldens("greedy_step"), ids=str)
+def test_cuda_greedy_step_forced_simt(lib, golden):
+    """kernel="simt" forces the verify_attn stage of greedy_step (as kdtr_greedy_step
+    --kernel simt): the stage runs a simt instance, and the outputs conform."""
+    torch = _torch_cuda()
+    if torch is None:
+        pytest.skip(CUDA_REASON)
+    out = kernels.greedy_step(**_cuda_inputs(torch, golden), kernel="simt")
+    assert out.kernel.startswith("simt"), out.kernel
     torch.cuda.synchronize()
     assert_conforms(golden, out)
 
