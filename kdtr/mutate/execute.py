@@ -131,9 +131,18 @@ def run_mutant(m: Mutant, ws: Workspace, plan: Plan, ops: list[str] | None = Non
         shutil.rmtree(d, ignore_errors=True)
 
 
+# The CPU core's builds that run only when forced, and under which a mutant is judged too:
+# tree_build's select build (a team of one lane) runs on the cpu backend only with
+# `--kernel select` (auto is the heap build there), so tree_build's goldens run twice, heap
+# and select (case ids ``tree_build/<config>@cpu:select``): a mutant of the select build's
+# code meets the goldens instead of surviving unseen.
+CPU_FORCED_KERNELS: dict[str, tuple[str, ...]] = {"tree_build": ("select",)}
+
+
 def load_goldens(golden_dir: Path, registry: Any = None) -> Plan:
-    """The committed goldens of every op on the cpu backend, checked against the manifest
-    (nothing runs yet: see :func:`calibrate`).
+    """The committed goldens of every op on the cpu backend, checked against the manifest,
+    plus their cases under :data:`CPU_FORCED_KERNELS` (nothing runs yet: see
+    :func:`calibrate`).
 
     Raises:
         runner.UsageError: no goldens, or a manifest problem.
@@ -145,6 +154,8 @@ def load_goldens(golden_dir: Path, registry: Any = None) -> Plan:
         path, why = next(iter(problems.items()))
         raise runner.UsageError(f"golden {path}: {why}")
     cases = runner.plan(found, ["cpu"])
+    cases += [runner.Case(op, cfg, path, "cpu", kernel=k) for op, cfg, path in found
+              for k in CPU_FORCED_KERNELS.get(op, ())]
     return Plan({op: [c for c in cases if c.op == op] for op in OPS}, golden_dir, {}, vouched)
 
 

@@ -37,7 +37,8 @@ class Case:
     config: str
     golden: Path
     backend: str
-    # The kernel the cuda binary is forced to run (``--kernel``; kdtr.ops OpSpec.kernels);
+    # The kernel the binary is forced to run (``--kernel``; kdtr.ops OpSpec.kernels; on the cpu
+    # backend only as kdtr mutate forces the CPU core's select build);
     # None: the binary's own choice.
     kernel: str | None = None
     # The CUDA device a cuda case runs on (set by :func:`run_all` when it spreads the cases

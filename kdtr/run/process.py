@@ -234,6 +234,16 @@ def _exit_status(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: 
 TAMPERED = "golden changed while its case ran"
 
 
+def forced_kernel_name(case: Case) -> str | None:
+    """The name the output's metadata ``kernel`` must give (:func:`kdtr.judge.kernel_ran`)
+    for ``case``: its forced kernel on the cuda backend, ``cpu_<kernel>`` on the cpu backend
+    (the CPU core names its builds so: ``cpu_select``, ``cpu_heap``), None when no kernel is
+    forced."""
+    if not case.kernel:
+        return None
+    return f"cpu_{case.kernel}" if case.backend == "cpu" else case.kernel
+
+
 def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str = "") -> None:
     """The status of case ``p`` from its binary's exit code; on exit 0, its output judged
     (:func:`kdtr.judge.judge`) against the golden's private copy of the vouched bytes."""
@@ -241,7 +251,7 @@ def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str
     if st is not None:
         p.res.status, p.res.reason = st
         return
-    v = judge(p.golden, p.out_path, kernel=p.case.kernel)
+    v = judge(p.golden, p.out_path, kernel=forced_kernel_name(p.case))
     p.res.status, p.res.reason, p.res.outputs = v.status, v.reason, v.results
     if p.case.kernel and "kernel" in v.metadata:
         p.res.detail = f"ran {v.metadata['kernel']}"
