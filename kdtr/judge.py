@@ -211,7 +211,7 @@ def read_output(path: str | os.PathLike) -> kformat.KdtrFile:
 def kernel_ran(forced: str, ran: Any) -> bool:
     """Whether an output whose metadata ``kernel`` is ``ran`` came from the forced kernel
     ``forced``: the same name, or an instance of it (``mma_bf16_dqk576_dv512`` for ``mma``)."""
-    return isinstance(ran, str) and (ran == forced or ran.startswith(forced + "_"))
+    return isinstance(ran, str) and (ran == forced or (ran.startswith(forced + "_") and len(ran) > len(forced) + 1))
 
 
 def judge(golden: Golden, obtained: str | os.PathLike | bytes | kformat.KdtrFile | Mapping[str, Any], *,
@@ -225,7 +225,9 @@ def judge(golden: Golden, obtained: str | os.PathLike | bytes | kformat.KdtrFile
             :class:`kdtr.format.KdtrFile`, or a mapping of output name -> numpy array
             (what :func:`kdtr.testing.assert_conforms` passes).
         kernel: the kernel that was forced (``--kernel``), or None: the output's metadata
-            ``kernel`` must name it (:func:`kernel_ran`), else the verdict is ERROR.
+            ``kernel`` must name it (:func:`kernel_ran`), else the verdict is ERROR. For a
+            mapping, its ``.kernel`` attribute (:class:`kdtr.kernels.Outputs` has one) is
+            checked the same way; a plain mapping, which cannot say which kernel ran, is not.
 
     Returns:
         A :class:`Verdict`. Never raises for the output's content: an unreadable,
@@ -240,6 +242,9 @@ def judge(golden: Golden, obtained: str | os.PathLike | bytes | kformat.KdtrFile
     if isinstance(obtained, Mapping):
         tensors: Mapping[str, Any] = obtained
         missing = "missing from the outputs"
+        ran = getattr(obtained, "kernel", None)  # kdtr.kernels.Outputs names the kernel that ran
+        if ran is not None:
+            metadata["kernel"] = ran
     else:
         try:
             if isinstance(obtained, kformat.KdtrFile):
@@ -256,7 +261,10 @@ def judge(golden: Golden, obtained: str | os.PathLike | bytes | kformat.KdtrFile
         tensors, metadata = out.tensors, dict(out.metadata)
     if golden.problem:
         return Verdict(Status.ERROR, golden.problem, metadata=metadata)
-    if kernel is not None and not missing and not kernel_ran(kernel, metadata.get("kernel")):
+    if "op" in metadata and metadata["op"] != golden.op:
+        return Verdict(Status.ERROR, f"the output's metadata op is {metadata['op']!r}, the golden's {golden.op!r}: "
+                                     "an output of another op", metadata=metadata)
+    if kernel is not None and (not missing or "kernel" in metadata) and not kernel_ran(kernel, metadata.get("kernel")):
         return Verdict(Status.ERROR, f"kernel {kernel} was forced but the output's metadata kernel is "
                                      f"{metadata.get('kernel')!r}: the binary ran another kernel", metadata=metadata)
     results = []

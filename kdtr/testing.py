@@ -228,12 +228,29 @@ def to_numpy(x: Any) -> np.ndarray:
 
 def check_outputs(golden: Golden, outputs: Mapping[str, Any]) -> list[TensorResult]:
     """Compare ``outputs`` with every expected output of ``golden`` under its contract;
-    one :class:`kdtr.compare.TensorResult` per expected output (golden order)."""
+    one :class:`kdtr.compare.TensorResult` per expected output (golden order).
+
+    Raises:
+        ConformanceError: the golden cannot be judged (no expected outputs, a missing or
+            bad contract: the runner's ERROR), or ``golden.kernel`` was forced and the
+            outputs' ``.kernel`` (:class:`kdtr.kernels.Outputs`) names another kernel.
+        TypeError: ``outputs`` is not a mapping."""
     if not isinstance(outputs, Mapping):
         raise TypeError(f"outputs must be a mapping of output name -> array, got {type(outputs).__name__}")
     # the runner's judge; a missing output is "missing from the outputs" (not "the output file")
-    got = {name: to_numpy(outputs[name]) for name in golden.expected if outputs.get(name) is not None}
-    return judge(golden, got).results
+    got = _Obtained({name: to_numpy(outputs[name]) for name in golden.expected if outputs.get(name) is not None})
+    got.kernel = getattr(outputs, "kernel", None)
+    v = judge(golden, got, kernel=golden.kernel)
+    if v.status == Status.ERROR:  # a golden that cannot be judged, or another kernel ran: never a pass
+        lines = [f"{golden.id}@python: ERROR: {v.reason}", f"  golden: {golden.path}"]
+        raise ConformanceError(golden, v.results, lines)
+    return v.results
+
+
+class _Obtained(dict):
+    """The host copies of the outputs, with the kernel the call says ran (or None)."""
+
+    kernel: str | None = None
 
 
 def mismatch_lines(golden: Golden, results: list[TensorResult], extra: Iterable[str] = ()) -> list[str]:

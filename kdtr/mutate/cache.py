@@ -4,12 +4,14 @@
 An entry's name is the sha256 of its *key*: the mutant (every field: id, file, line,
 find, replace, the equivalence claim, ...), the ops whose binaries it rebuilds, the
 sha256 of every golden of those ops (the manifest's), the kdtr version and a digest of
-kdtr's Python sources (the code that judges), and the cache format.  The entry holds the
+kdtr's Python sources (the code that judges), the numpy version, the environment variables
+the binaries read (:data:`BINARY_ENV`), and the cache format.  The entry holds the
 key itself, the files the mutated binaries were built from with their sha256 after the
 edit (make's dependency graph and the mutant build's ``.d`` files: the cores, headers and
 mains, ``Makefile`` and ``build/config.stamp``, the record of compiler and flags), and the
 verdict.  A verdict is used only when the key inside the entry equals the key of this run
-and every listed source still has its digest; anything else (unreadable, not JSON, a
+and every listed source still has its digest, and the unmutated build's dependency graph
+names no file the entry does not list; anything else (unreadable, not JSON, a
 foreign or tampered entry, a verdict that cannot be this mutant's) is a miss: the mutant
 runs again and its entry is rewritten.
 """
@@ -24,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import kdtr
 from kdtr import fsutil
 from kdtr.mutate.catalogue import BAD_CLAIM, EQUIVALENT, IDENTICAL, KILLED, STILLBORN, SURVIVED, CatalogueError, Mutant
@@ -34,6 +38,10 @@ FORMAT = "kdtr-mutate-verdict/1"
 MAX_ENTRY = 1 << 20  # bytes: an entry is a few hundred; a bigger file is not ours
 CACHE_DIR = Path("build") / "mutate-cache"
 _KILLING = (KILLED, BAD_CLAIM)
+
+# The environment variables the binaries read (their limits, the CRC's threads): a verdict
+# reached under other limits is not this run's.
+BINARY_ENV = ("KDTR_MAX_OUTPUT_BYTES", "KDTR_MAX_SCRATCH_BYTES", "KDTR_CRC_THREADS")
 
 _judge_digest: str | None = None
 
@@ -86,7 +94,8 @@ class VerdictCache:
         mutant = {k: getattr(m, k) for k in ("id", "kind", "op", "file", "line", "bug", "origin", "find",
                                              "replace", "equivalent")}
         return {"format": FORMAT, "kdtr": kdtr.__version__, "judge": judge_digest(), "mutant": mutant,
-                "ops": list(ops), "goldens": goldens}
+                "ops": list(ops), "goldens": goldens, "env": {k: os.environ.get(k) for k in BINARY_ENV},
+                "numpy": np.__version__}
 
     def _path(self, key: dict[str, Any]) -> Path:
         blob = json.dumps(key, sort_keys=True, separators=(",", ":")).encode()
@@ -136,6 +145,11 @@ class VerdictCache:
         if (not isinstance(sources, dict)
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items())
                 or not {m.file, "Makefile", CONFIG_STAMP} <= set(sources)):
+            return None
+        # Every file the unmutated build of these binaries is made of now must be one the
+        # entry's build was made of: a new dependency (a header that now shadows an
+        # include, a new object) is a miss, even though every listed file is unchanged.
+        if not ws.sources(ws.graph, ops) <= set(sources):
             return None
         try:
             edited = m.apply((ws.base / m.file).read_text(encoding="utf-8"))

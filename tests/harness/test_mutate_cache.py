@@ -194,6 +194,23 @@ def test_a_changed_source_of_the_mutated_binary_is_a_miss(warm, tmp_path, name, 
     assert not any(_hit(cache, m, other, plan) for m in mutants)
 
 
+def test_a_new_dependency_of_the_unmutated_build_is_a_miss(warm, tmp_path):
+    """Every listed file unchanged, but the build is now made of one more (a header that
+    shadows an include, found first in the includer's directory): the entry's build is not
+    this one, so its verdict is not this mutant's."""
+    ws, plan, mutants, cache = warm
+    other = copy.copy(ws)
+    other.base = tmp_path / "base2"
+    shutil.copytree(ws.base, other.base, symlinks=True)
+    other._file_digests = {}
+    shadow = "cuda_tests/kernels/shadow.cuh"
+    (other.base / shadow).write_text("// shadows an include\n")
+    other.graph = {t: set(v) | ({shadow} if "kdtr_tree_accept" in t else set()) for t, v in ws.graph.items()}
+    assert not any(_hit(cache, m, other, plan) for m in mutants if "tree_accept" in mut.mutant_ops(m, other, plan))
+    other.graph = ws.graph
+    assert all(_hit(cache, m, other, plan) for m in mutants)  # the same graph: hits again
+
+
 def test_a_source_of_another_binary_changes_nothing(warm, tmp_path):
     ws, plan, mutants, cache = warm
     other = copy.copy(ws)
@@ -202,6 +219,12 @@ def test_a_source_of_another_binary_changes_nothing(warm, tmp_path):
     other._file_digests = {}
     (other.base / "cuda_tests/kernels/tree_build.cuh").write_text("// changed\n")
     assert all(_hit(cache, m, other, plan) for m in mutants)
+
+
+def test_a_limit_the_binaries_read_from_the_environment_is_part_of_the_key(warm, monkeypatch):
+    ws, plan, mutants, cache = warm
+    monkeypatch.setenv("KDTR_MAX_OUTPUT_BYTES", "1024")
+    assert not any(_hit(cache, m, ws, plan) for m in mutants)
 
 
 def test_a_changed_mutant_is_a_miss(warm):

@@ -123,3 +123,47 @@ def test_a_forced_kernel_must_be_the_one_that_ran(tmp_path):
     v = judge(g, _output(tmp_path), kernel="heap")  # no metadata kernel at all
     assert v.status == "ERROR"
     assert kernel_ran("select", "select") and not kernel_ran("select", "cpu_select") and not kernel_ran("mm", "mma_x")
+
+
+class _Named(dict):
+    kernel: str | None = None
+
+
+def test_a_mapping_that_names_its_kernel_is_held_to_the_forced_one(tmp_path):
+    """kdtr.kernels.Outputs carries ``.kernel``: under a forced kernel, another one is an
+    ERROR, an instance of it passes; a plain mapping cannot say, so it is judged on values."""
+    g = Golden.read(_golden(tmp_path), op="toy", config="one")
+    ran = _Named(EXPECTED)
+    ran.kernel = "simt_bf16_dvt128"
+    v = judge(g, ran, kernel="mma")
+    assert v.status == "ERROR" and "kernel mma was forced" in v.reason and "simt_bf16_dvt128" in v.reason
+    ran.kernel = "mma_bf16_dqk128_dv128"
+    assert judge(g, ran, kernel="mma").status == "PASS"
+    assert judge(g, dict(EXPECTED), kernel="mma").status == "PASS"
+
+
+def test_testing_never_passes_a_golden_it_cannot_judge_or_another_kernel(tmp_path):
+    from kdtr import testing
+
+    bare = tmp_path / "bare" / "one.kdtr"
+    bare.parent.mkdir()
+    kdtr.save(bare, {"input.x": np.arange(3, dtype=np.float32)}, {"op": "toy", "config": "one"})
+    g = Golden.read(bare, op="toy", config="one")
+    assert g.problem
+    with pytest.raises(testing.ConformanceError, match="ERROR"):
+        testing.assert_conforms(g, {"y": np.zeros(3, np.float32)})
+    forced = Golden.read(_golden(tmp_path), op="toy", config="one")
+    forced.kernel = "wgmma"
+    ran = _Named(EXPECTED)
+    ran.kernel = "mma_bf16_dqk128_dv128"
+    with pytest.raises(testing.ConformanceError, match="kernel wgmma was forced"):
+        testing.assert_conforms(forced, ran)
+    ran.kernel = "wgmma_bf16"
+    assert all(r.ok for r in testing.assert_conforms(forced, ran))
+
+
+def test_an_output_of_another_op_or_a_nameless_kernel_instance_is_an_error(tmp_path):
+    g = Golden.read(_golden(tmp_path), op="toy", config="one")
+    v = judge(g, _output(tmp_path, {"op": "tree_accept"}))
+    assert v.status == "ERROR" and "metadata op is 'tree_accept'" in v.reason
+    assert not kernel_ran("mma", "mma_") and kernel_ran("mma", "mma_bf16_dqk128_dv128")
