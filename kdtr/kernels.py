@@ -146,9 +146,16 @@ _TreeBuildParams = _STRUCTS["tree_build"]
 _VerifyAttnParams = _STRUCTS["verify_attn"]
 _TreeAcceptParams = _STRUCTS["tree_accept"]
 _GreedyStepParams = _STRUCTS["greedy_step"]
-_TREE_BUILD_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["tree_build"].kernels)}}
-_VERIFY_ATTN_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["verify_attn"].kernels)}}
-_GREEDY_STEP_KERNELS = {"auto": 0, **{k: i + 1 for i, k in enumerate(OPS["greedy_step"].kernels)}}
+def _kernel_code(op: str, kernel: str) -> int:
+    """The Params ``kernel`` code of ``kernel`` for ``op``: 0 for "auto", k + 1 for
+    ``OPS[op].kernels[k]``.
+
+    Raises:
+        ValueError: ``kernel`` is neither "auto" nor one of the op's kernels."""
+    names = ("auto", *OPS[op].kernels)
+    if kernel not in names:
+        raise ValueError(f"{op}: kernel must be one of {', '.join(names)}, not {kernel!r}")
+    return names.index(kernel)
 
 # ---------------------------------------------------------------------------------------
 # Loading
@@ -487,8 +494,7 @@ def tree_build(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budg
         KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "tree_build"
-    if kernel not in _TREE_BUILD_KERNELS:
-        raise ValueError(f"{op}: kernel must be one of {', '.join(_TREE_BUILD_KERNELS)}, not {kernel!r}")
+    code = _kernel_code(op, kernel)
     N = _max_budget(op, max_budget)
     c = _Call(op, device, dict(top_log_probs=top_log_probs, top_token_ids=top_token_ids,
                                root_token_ids=root_token_ids, budget=budget, depth_limit=depth_limit))
@@ -509,7 +515,7 @@ def tree_build(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budg
     for name, _, _ in _TREE_BUILD_OUT:
         setattr(p, name, c.ptr(out[name]))
     p.B, p.D, p.K, p.N = c.dims["B"], c.dims["D"], c.dims["K"], N
-    p.kernel = _TREE_BUILD_KERNELS[kernel]
+    p.kernel = code
     c.run(L, p)
     out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
     return out
@@ -532,8 +538,7 @@ def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibilit
         KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "verify_attn"
-    if kernel not in _VERIFY_ATTN_KERNELS:
-        raise ValueError(f"{op}: kernel must be one of {', '.join(_VERIFY_ATTN_KERNELS)}, not {kernel!r}")
+    code = _kernel_code(op, kernel)
     c = _Call(op, device, dict(q=q, kv_cache=kv_cache, prefix_len=prefix_len, tree_len=tree_len,
                                visibility=visibility))
     if kernel != "auto" and c.device == "cpu":
@@ -562,7 +567,7 @@ def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibilit
         setattr(p, d, c.dims[d])
     p.sm_scale = scale
     p.dtype = _DTYPE_BF16 if dt == "bf16" else _DTYPE_F32
-    p.kernel = _VERIFY_ATTN_KERNELS[kernel]
+    p.kernel = code
     c.run(L, p)
     out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
     return out
@@ -589,8 +594,7 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
         KernelLibraryError: the library is missing or does not match this module."""
     L = load(lib)
     op = "greedy_step"
-    if kernel not in _GREEDY_STEP_KERNELS:
-        raise ValueError(f"{op}: kernel must be one of {', '.join(_GREEDY_STEP_KERNELS)}, not {kernel!r}")
+    code = _kernel_code(op, kernel)
     c = _Call(op, device, dict(top_log_probs=top_log_probs, top_token_ids=top_token_ids,
                                root_token_ids=root_token_ids, budget=budget, depth_limit=depth_limit, q=q,
                                kv_cache=kv_cache, prefix_len=prefix_len, target_predict=target_predict))
@@ -647,7 +651,7 @@ def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, bud
     p.N = c.dims["T"] - 1
     p.sm_scale = scale
     p.dtype = _DTYPE_BF16 if dt == "bf16" else _DTYPE_F32
-    p.kernel = _GREEDY_STEP_KERNELS[kernel]
+    p.kernel = code
     c.run(L, p)
     out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
     c.keep.append(tree_len)
