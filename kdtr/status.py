@@ -20,6 +20,9 @@ class Status(str, Enum):
     ERROR = "ERROR"  # harness or input problem
     NOT_SUPPORTED = "NOT_SUPPORTED"  # the backend is absent here
     WAIVED = "WAIVED"  # failing, and listed with a reason in known_failures.json
+    # (kdtr run --invariance) a request's outputs differ, bit for bit, between two batch
+    # compositions (docs/harness.md "Invariance"); the reason names the request and both
+    NOT_INVARIANT = "NOT_INVARIANT"
 
     __str__ = str.__str__  # "PASS", not "Status.PASS", in f-strings and reports
     __format__ = str.__format__
@@ -30,7 +33,7 @@ class Status(str, Enum):
         return self in FAILING
 
 
-FAILING = frozenset({Status.MISMATCH, Status.CRASH, Status.TIMEOUT, Status.ERROR})
+FAILING = frozenset({Status.MISMATCH, Status.CRASH, Status.TIMEOUT, Status.ERROR, Status.NOT_INVARIANT})
 """Statuses that make ``kdtr run`` exit 1."""
 
 ERRORED = frozenset({Status.CRASH, Status.TIMEOUT, Status.ERROR})

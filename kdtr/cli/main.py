@@ -116,11 +116,18 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
                    "one process per golden.")
 @click.option("--sanitizer", type=click.Choice(runner.SANITIZERS),
               help="Run every cuda case under compute-sanitizer with this tool; its errors make the case a CRASH.")
+@click.option("--graph", is_flag=True,
+              help="Also run each case captured in a CUDA graph at a padded batch, replayed twice (case suffix "
+                   "#graph; docs/harness.md \"Graph replay\").")
+@click.option("--invariance", is_flag=True,
+              help="Also re-run each golden's requests in other batch compositions and require bit-identical "
+                   "outputs per request (case suffix #invariance, status NOT_INVARIANT; docs/harness.md "
+                   "\"Invariance\").")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--bin-dir", type=click.Path(file_okay=False), help="Default: <repo>/build/bin.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
-def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, golden_dir,
-        bin_dir, report_dir) -> None:
+def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, device_spec, batch, sanitizer, graph,
+        invariance, golden_dir, bin_dir, report_dir) -> None:
     """Run every golden on every backend, diff, and write the reports."""
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
@@ -152,7 +159,8 @@ def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, devi
         vouched: dict = {}  # the sha256 of each golden, as MANIFEST.json gives it now: what is judged
         found, problems = runner.check_manifest(gdir, found, vouched)
         chosen = runner.select(found, only, known_ops=set(kdtr.generators.REGISTRY.ops()) | {g[0] for g in found})
-        cases = runner.select_cases(runner.plan(chosen, backends, kernels), only)
+        modes = [m for m, on in (("graph", graph), ("invariance", invariance)) if on]
+        cases = runner.select_cases(runner.plan(chosen, backends, kernels, modes), only)
         cases = runner.shard(cases, shard)
         if not cases:
             raise runner.UsageError(f"--shard {shard}: this shard selects no case "

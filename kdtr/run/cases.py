@@ -41,18 +41,27 @@ class Case:
     # backend only as kdtr mutate forces the CPU core's select build);
     # None: the binary's own choice.
     kernel: str | None = None
+    # How the binary runs the golden: "" eagerly (the golden as it is); "graph" (``kdtr run
+    # --graph``): captured in a CUDA graph at a padded batch and replayed twice (docs/harness.md
+    # "Graph replay"); "invariance" (``kdtr run --invariance``): the golden's requests in other
+    # batch compositions, each request's outputs compared bit for bit (docs/harness.md
+    # "Invariance").
+    mode: str = ""
     # The CUDA device a cuda case runs on (set by :func:`run_all` when it spreads the cases
     # over the devices; None: RunConfig.device). Not part of the case's identity.
     device: int | None = field(default=None, compare=False)
 
     @property
     def column(self) -> str:
-        """``backend`` or ``backend:kernel``: the case's column in the reports."""
-        return f"{self.backend}:{self.kernel}" if self.kernel else self.backend
+        """``backend`` or ``backend:kernel``, then ``#mode`` for a graph or invariance case:
+        the case's column in the reports."""
+        col = f"{self.backend}:{self.kernel}" if self.kernel else self.backend
+        return f"{col}#{self.mode}" if self.mode else col
 
     @property
     def id(self) -> str:
-        """``op/config@backend``, or ``op/config@backend:kernel`` under a forced kernel."""
+        """``op/config@backend``, or ``op/config@backend:kernel`` under a forced kernel, then
+        ``#graph`` or ``#invariance`` for those modes."""
         return f"{self.op}/{self.config}@{self.column}"
 
 
@@ -379,20 +388,25 @@ def parse_kernels(specs: Iterable[str], op_kernels: dict[str, tuple[str, ...]] |
     return {op: tuple(ks) for op, ks in out.items()}
 
 
+MODES = ("graph", "invariance")  # Case.mode besides "" (eager)
+
+
 def plan(goldens: list[tuple[str, str, Path]], backends: Iterable[str],
-         kernels: dict[str, tuple[str | None, ...]] | None = None) -> list[Case]:
+         kernels: dict[str, tuple[str | None, ...]] | None = None, modes: Iterable[str] = ()) -> list[Case]:
     """The cases of ``goldens`` on each of ``backends``, golden by golden.
 
     ``kernels`` ({op: kernels}, :func:`parse_kernels`): the cuda cases of such an op are one
     per kernel listed (None: the case without a forced kernel); the cpu backend has no kernel
-    choice and keeps one case per golden.
+    choice and keeps one case per golden. ``modes`` (of :data:`MODES`): each eager case is
+    followed by one case per mode, the same golden, backend and kernel.
     """
     kernels = kernels or {}
+    modes = tuple(modes)
     out = []
     for op, cfg, path in goldens:
         for b in backends:
             for k in (kernels.get(op, (None,)) if b == "cuda" else (None,)):
-                out.append(Case(op, cfg, path, b, kernel=k))
+                out += [Case(op, cfg, path, b, kernel=k, mode=m) for m in ("", *modes)]
     return out
 
 

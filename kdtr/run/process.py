@@ -447,8 +447,20 @@ def run_all(
             if c not in handled:
                 arrived.put(harness_error(c, lost))
 
+    def invariance(c: Case) -> None:
+        from . import invariance as inv  # kdtr run --invariance: its own execution
+
+        try:
+            r = inv.run_case(c, cfg)
+        except Exception as exc:  # a harness bug must not stop the run
+            r = harness_error(c, exc)
+        arrived.put(r)
+
     try:
-        for cs in plan_units(cases, cfg, jobs):
+        for c in cases:
+            if c.mode == "invariance":
+                pool.submit(invariance, c)
+        for cs in plan_units([c for c in cases if c.mode != "invariance"], cfg, jobs):
             if len(cs) > 1:
                 pool.submit(unit, cs)
             else:
