@@ -6,7 +6,11 @@
 #     --kernel`; NOT_SUPPORTED where a kernel does not apply, as wgmma to f32; the select build's
 #     heap fallbacks in each case's detail), `kdtr regen --check` on this host's numpy, and
 #     the host-independence and bf16-rounding tests;
-#   STEP=mutate: the mutant catalogue (`kdtr mutate`, as .ci/run) on all CPU cores.
+#   STEP=mutate: the mutant catalogue (`kdtr mutate`, as .ci/run) on all CPU cores;
+#   STEP=engine: the engine conditions (docs/harness.md "Graph replay" and "Invariance"):
+#     every golden of both tiers under `kdtr run --graph --invariance` through every kernel
+#     of every op, then the same under compute-sanitizer memcheck, then the GPU tests of the
+#     torch ops and the device-side checks (pytest -m gpu), then bench/bench_bindings.py.
 # Everything goes to one tarball $OUT/recheck-<step>.tgz and a summary $OUT/summary-<step>.txt
 # (the device returns at most 8 files).  Python deps missing there come as wheels in .whl/, the
 # CUTLASS wheel in .cache/cutlass/.
@@ -38,6 +42,22 @@ if [ "$STEP" = check ]; then
   note "regen --check: exit $?; $(tail -1 "$W/regen_check.log"); $(python3 -c 'import numpy, ml_dtypes, platform; print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "python", platform.python_version(), platform.machine())')"
   python3 -m pytest -q -p no:cacheprovider tests/harness/test_host_independence.py tests/unit/test_bf16.py > "$W/pytest.log" 2>&1
   note "pytest host-independence + bf16: exit $?; $(tail -1 "$W/pytest.log")"
+elif [ "$STEP" = engine ]; then
+  make -j"$(nproc)" build lib > "$W/build.log" 2>&1
+  note "build: exit $?; $(tail -1 "$W/build.log")"
+  K=(--kernel verify_attn=all --kernel greedy_step=all --kernel tree_build=all)
+  python3 -m kdtr.cli run --graph --invariance --backend cuda --tier all --timeout 600 --report-dir "$W/engine" \
+    --kernel verify_attn=auto,simt,mma,wgmma --kernel greedy_step=auto,simt,mma,wgmma --kernel tree_build=auto,heap,select \
+    > "$W/engine.log" 2>&1
+  note "kdtr run --graph --invariance, every kernel: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/engine.log" | tail -1)"
+  python3 -m kdtr.cli run --graph --invariance --backend cuda --sanitizer memcheck --timeout 600 \
+    --report-dir "$W/engine-memcheck" "${K[@]}" > "$W/engine-memcheck.log" 2>&1
+  note "kdtr run --graph --invariance --sanitizer memcheck: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/engine-memcheck.log" | tail -1)"
+  python3 -m pytest -q -p no:cacheprovider -m gpu tests > "$W/pytest-gpu.log" 2>&1
+  note "pytest -m gpu: exit $?; $(tail -1 "$W/pytest-gpu.log")"
+  python3 bench/bench_bindings.py > "$W/bench_bindings.log" 2>&1
+  note "bench_bindings: exit $?"
+  cp "$W/bench_bindings.log" "$OUT/" 2>/dev/null
 else
   { date -u; nproc; g++ --version | head -1; } > "$W/mutate-env.txt" 2>&1
   python3 -m kdtr.cli mutate -j "$(nproc)" --report-dir "$W/mutation" > "$W/mutate.log" 2>&1
