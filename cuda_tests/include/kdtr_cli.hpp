@@ -3,6 +3,8 @@
 //
 //   kdtr_<op> --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
 //   kdtr_<op> --batch --input G1 --output O1 [--input G2 --output O2 ...] [options]
+//   kdtr_<op> --graph ... (two data sets in each input file, the op captured in one CUDA
+//                          graph and replayed on each; docs/binaries.md, "Graph replay")
 //
 // Batch mode runs the goldens one after another in one process (the CUDA context is
 // created once) and prints, after each, one result line on stdout (kBatchTag, below);
@@ -89,13 +91,14 @@ struct Args {
   std::map<std::string, std::string> extra;                // values of the op-specific options
   bool batch = false;                                      // --batch: run every (input, output) pair of `items`
   std::vector<std::pair<std::string, std::string>> items;  // batch mode: the pairs, in order
+  bool graph = false;  // --graph: each input file holds two data sets, replayed from one CUDA graph (kdtr_io.hpp)
 
   bool cuda() const { return backend == "cuda"; }
 
   static std::string usage(const std::string& prog, const std::vector<std::string>& extra_options = {}) {
     std::string u = "usage: " + prog +
                     " [--batch] --input GOLDEN --output OUT [--input GOLDEN --output OUT ...]"
-                    " [--backend cpu|cuda] [--device N] [--repeat N]";
+                    " [--backend cpu|cuda] [--device N] [--repeat N] [--graph]";
     for (const std::string& o : extra_options) u += " [--" + o + " VALUE]";
     return u;
   }
@@ -105,7 +108,7 @@ struct Args {
   // prints `describe` (the op's parameter struct as JSON, kdtr_describe.hpp) and exits 0.  `extra_options` names
   // additional value options (without "--") that an op accepts; their values land in `extra`.  With --batch, --input
   // and --output may repeat: the k-th --input pairs with the k-th --output (`items`); `input`/`output` hold the first
-  // pair.  Every output must differ from every input and from each other.
+  // pair.  Every output must differ from every input and from each other.  --graph (a flag) sets `graph`.
   static Args parse(int argc, char** argv, const std::string& prog, const std::vector<std::string>& extra_options = {},
                     const std::string& describe = "") {
     Args a;
@@ -133,6 +136,11 @@ struct Args {
         std::exit(EXIT_OK);
       }
       if (arg == "--batch") continue;
+      if (arg == "--graph") {
+        if (a.graph) bad("option --graph given twice");
+        a.graph = true;
+        continue;
+      }
       if (arg.rfind("--", 0) != 0) bad("unexpected argument '" + arg + "'");
       std::string name = arg.substr(2), value;
       const size_t eq = name.find('=');

@@ -12,14 +12,23 @@
 //     TreeAcceptParams of <op>_params.h) from host or device pointers by name (Slots,
 //     *_params).
 //
+// With --graph (docs/binaries.md, "Graph replay") the input file holds two data sets of one
+// shape: the first replay's (replay1.<name>, FirstReplay: read and checked as the second's
+// are) and the second's (input.<name>); the run keeps one set of input and output buffers
+// (Host here; Device in kdtr_cuda.hpp), loads the first set, runs, keeps a copy of the
+// outputs (Outputs::keep_first_replay), loads the second set over the first, runs again
+// without clearing the outputs, and writes both replays' outputs (replay1.<name>, <name>).
+//
 // What stays in test_<op>.cu is op-specific: value checks (d_v, lengths), the CPU
 // scratch limits, the CUDA kernel choice, and which struct goes to which backend.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -119,10 +128,18 @@ inline void get_checked(const File& g, const std::string& name, const std::vecto
   throw Error(ErrorCode::InvalidArgument, g.path(), tensor, NO_OFFSET, detail);
 }
 
-// The inputs of a golden, read and checked op by op against the table.
+// The prefix of the first replay's data set in a --graph input file ("replay1.<name>" for
+// the "input.<name>" of the op table); its outputs are written as "replay1.<output>".
+constexpr const char* kInputPrefix = "input.";
+constexpr const char* kReplay1Prefix = "replay1.";
+
+// The inputs of a golden, read and checked op by op against the table.  `prefix` is the
+// prefix of the names read from the file ("input.", or kReplay1Prefix for --graph's first
+// data set); the tensors keep their table names ("input.<name>") whatever it is.
 class Inputs : public TensorList {
  public:
-  Inputs(const File& golden, std::vector<Bound> bounds) : g_(golden), bounds_(std::move(bounds)) {}
+  Inputs(const File& golden, std::vector<Bound> bounds, std::string prefix = kInputPrefix)
+      : g_(golden), bounds_(std::move(bounds)), prefix_(std::move(prefix)) {}
 
   // Read op's inputs in table order (skipping the `wired` ones), then its metadata.
   void read(const OpDecl& op, const std::vector<std::pair<const char*, const char*>>& wired = {}) {
@@ -140,6 +157,13 @@ class Inputs : public TensorList {
   void read(const Link& link) { read(*link.op, link.wired); }
 
   const File& golden() const { return g_; }
+  const std::vector<Bound>& bounds() const { return bounds_; }
+  const std::string& prefix() const { return prefix_; }
+  // The name in the file of the table's input `name` ("input.q" -> prefix + "q").
+  std::string file_name(const std::string& name) const {
+    const size_t n = std::strlen(kInputPrefix);
+    return name.compare(0, n, kInputPrefix) == 0 ? prefix_ + name.substr(n) : name;
+  }
   const Dims& dims() const { return dims_; }
   int64_t dim(const std::string& d) const { return dims_[d]; }
   // Bind a dim that is a value, not a shape (d_v).
@@ -162,7 +186,8 @@ class Inputs : public TensorList {
   }
 
   void read_tensor(const TensorDecl& t) {
-    const TensorView& v = g_.tensor(t.name);
+    const std::string name = file_name(t.name);
+    const TensorView& v = g_.tensor(name);
     DType dt = t.dtype;
     if (t.rule == DtypeRule::Float) {
       if (v.dtype != DType::F32 && v.dtype != DType::BF16)
@@ -179,7 +204,7 @@ class Inputs : public TensorList {
       throw Error(ErrorCode::WrongShape, g_.path(), v.name, NO_OFFSET,
                   "tensor has " + std::to_string(v.shape.size()) + " dims, expected " + std::to_string(t.dims.size()) +
                       " [" + detail::join(t.dims, ",") + "]");
-    detail::get_checked(g_, t.name, want, dt);
+    detail::get_checked(g_, name, want, dt);
     // Each dim against its bound, once: where it first shows in a tensor; then products.
     for (size_t k = 0; k < t.dims.size(); ++k) {
       const Bound* b = bound({t.dims[k]});
@@ -215,6 +240,7 @@ class Inputs : public TensorList {
 
   const File& g_;
   std::vector<Bound> bounds_;
+  std::string prefix_;
   Dims dims_;
   std::set<std::string> checked_;
   DType float_dtype_ = DType::F32;
@@ -230,6 +256,54 @@ inline int64_t read_d_v(Inputs& in) {
   in.bind("d_v", d_v);
   return d_v;
 }
+
+// --graph's first data set (docs/binaries.md, "Graph replay"): the inputs replay1.<name>,
+// read and checked by `read` exactly as the second data set (input.<name>, `second`) was,
+// and required to have its dtypes and shapes, and the same bytes for every scalar (a graph
+// holds a scalar such as sm_scale as it was captured).  An input error in it names the
+// file's tensor (replay1.<name>).  Without --graph: on() is false and nothing is read.
+class FirstReplay {
+ public:
+  template <class Read>
+  FirstReplay(const cli::Args& args, const Inputs& second, Read&& read) {
+    if (!args.graph) return;
+    in_ = std::make_unique<Inputs>(second.golden(), second.bounds(), kReplay1Prefix);
+    try {
+      read(*in_);
+    } catch (const Error& e) {  // a value check names the table's input.<name>: the file's is replay1.<name>
+      if (e.field() == in_->file_name(e.field())) throw;
+      throw Error(e.code(), e.path(), in_->file_name(e.field()), e.has_offset() ? e.offset() : NO_OFFSET, e.detail());
+    }
+    const std::vector<Tensor>&a = in_->all(), &b = second.all();
+    if (a.size() != b.size()) throw std::logic_error("kdtr::ops: the replays read different input lists");
+    for (size_t k = 0; k < a.size(); ++k) {
+      const std::string name = in_->file_name(a[k].name);
+      if (a[k].dtype != b[k].dtype)
+        invalid(second.golden(), name,
+                std::string("dtype ") + dtype_name(a[k].dtype) + " differs from " + b[k].name + "'s " +
+                    dtype_name(b[k].dtype) + " (both replays run on one set of buffers)");
+      if (a[k].shape != b[k].shape)
+        invalid(second.golden(), name,
+                "shape " + shape_text(a[k].shape) + " differs from " + b[k].name + "'s " + shape_text(b[k].shape) +
+                    " (both replays run on one set of buffers)");
+      if (a[k].shape.empty() && std::memcmp(a[k].data, b[k].data, static_cast<size_t>(a[k].nbytes)) != 0)
+        invalid(
+            second.golden(), name,
+            "differs from " + b[k].name + " (a scalar is captured in the graph by value: both replays need the same)");
+    }
+  }
+  bool on() const { return in_ != nullptr; }
+  // The first data set (on() only).
+  const Inputs& inputs() const { return *in_; }
+
+ private:
+  static std::string shape_text(const std::vector<uint64_t>& s) {
+    std::string t = "[";
+    for (size_t k = 0; k < s.size(); ++k) t += (k ? "," : "") + std::to_string(s[k]);
+    return t + "]";
+  }
+  std::unique_ptr<Inputs> in_;
+};
 
 // The outputs of one run: declared from the table (shapes only), checked against the
 // output limit, then allocated with every byte kPoison (an element the op fails to write
@@ -262,18 +336,44 @@ class Outputs : public TensorList {
       t.data = t.storage.data();
     }
   }
+  // --graph: keep a copy of the outputs as the first replay left them (written as
+  // replay1.<name> after the second replay's <name>; write_outputs).
+  void keep_first_replay() {
+    first_.clear();
+    for (const Tensor& t : t_) {
+      Tensor c;
+      c.name = kReplay1Prefix + t.name;
+      c.dtype = t.dtype;
+      c.shape = t.shape;
+      c.nbytes = t.nbytes;
+      c.storage.assign(static_cast<const uint8_t*>(t.data), static_cast<const uint8_t*>(t.data) + t.nbytes);
+      first_.push_back(std::move(c));
+    }
+    for (Tensor& c : first_) c.data = c.storage.data();
+  }
+  const std::vector<Tensor>& first_replay() const { return first_; }
+  // --graph on the device: the captured graph's node count (metadata graph_nodes); -1 otherwise.
+  int64_t graph_nodes = -1;
 
  private:
   cli::Bytes bytes_;
+  std::vector<Tensor> first_;
 };
 
-// OUT: the outputs in declaration order, with metadata op, config (the golden's, as is),
-// backend, device and, where given, kernel and further int entries (`extra`).
-inline void write_outputs(const cli::Args& args, const File& golden, const char* op, const TensorList& out,
+// OUT: the outputs in declaration order (with --graph: the second replay's, then the first
+// replay's as replay1.<name>), with metadata op, config (the golden's, as is), backend,
+// device, with --graph graph_replays = 2, and, where given, kernel and further int entries
+// (`extra`).
+inline void write_outputs(const cli::Args& args, const File& golden, const char* op, const Outputs& out,
                           const std::string* kernel = nullptr,
                           const std::vector<std::pair<std::string, int64_t>>& extra = {}) {
   Writer w;
   for (const Tensor& t : out.all()) w.add(t.name, t.dtype, t.shape, t.data, static_cast<size_t>(t.nbytes));
+  if (args.graph && out.first_replay().size() != out.all().size())
+    throw std::logic_error("kdtr::ops: --graph run without the first replay's outputs");
+  for (const Tensor& t : out.first_replay()) w.add(t.name, t.dtype, t.shape, t.data, static_cast<size_t>(t.nbytes));
+  if (args.graph) w.set_metadata("graph_replays", int64_t{2});
+  if (out.graph_nodes >= 0) w.set_metadata("graph_nodes", out.graph_nodes);
   w.set_metadata("op", op);
   if (const MetaValue* config = cli::golden_config(golden)) w.set_metadata("config", *config);
   w.set_metadata("backend", args.backend);
@@ -325,6 +425,64 @@ class Slots {
   const Dims* dims_;
   std::map<std::string, std::pair<void*, DType>> p_;
 };
+
+// The CPU run's input buffers: without --graph the golden's inputs themselves; with
+// --graph one host copy of them that takes the first replay's data set, then the
+// second's (as Device's buffers do on the device, kdtr_cuda.hpp).
+class Host {
+ public:
+  Host(const Inputs& in, const FirstReplay& first) : second_(&in), first_(&first) {
+    if (!first.on()) return;
+    for (const Tensor& t : in.all()) {
+      Tensor c;
+      c.name = t.name;
+      c.dtype = t.dtype;
+      c.shape = t.shape;
+      c.nbytes = t.nbytes;
+      c.storage.assign(static_cast<size_t>(t.nbytes), cli::kPoison);
+      staged_.push_back(std::move(c));
+    }
+    for (Tensor& c : staged_) c.data = c.storage.data();
+  }
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+  // The input slots (the staged copy with --graph); add the outputs to them.
+  Slots slots(const Dims& dims) const {
+    Slots s(dims);
+    if (!first_->on()) return s.add(*second_);
+    for (const Tensor& t : staged_) s.add(t.name, t.data, t.dtype);
+    return s;
+  }
+  bool graph() const { return first_->on(); }
+  // Copy a data set (of the inputs' dtypes and shapes) into the staged buffers.
+  void load(const TensorList& set) const {
+    for (size_t k = 0; k < staged_.size(); ++k)
+      if (staged_[k].nbytes > 0)
+        std::memcpy(staged_[k].data, set.all()[k].data, static_cast<size_t>(staged_[k].nbytes));
+  }
+  const FirstReplay& first() const { return *first_; }
+  const Inputs& second() const { return *second_; }
+
+ private:
+  const Inputs* second_;
+  const FirstReplay* first_;
+  std::vector<Tensor> staged_;
+};
+
+// The CPU backend's run: `op()` (on the buffers of `host`) once; with --graph, the first
+// replay's data set loaded, `op()`, the outputs kept (Outputs::keep_first_replay), the
+// second data set loaded over it and `op()` again, the outputs not cleared in between.
+// Then with --repeat N (repeat > 0) N timed runs and the timing line.
+template <class Op>
+void run_cpu(const cli::Args& args, const Host& host, Outputs& out, Op&& op) {
+  if (host.graph()) {
+    host.load(host.first().inputs());
+    op();
+    out.keep_first_replay();
+    host.load(host.second());
+  }
+  cli::run_cpu_timed(args.repeat, op);
+}
 
 // Inputs are "input.<name>"; outputs are `out` + "<name>" ("" or "<op>." in a chain); the
 // field's type says the element type (Slots::bind checks the item size).

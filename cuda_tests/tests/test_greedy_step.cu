@@ -2,7 +2,7 @@
 // chained on a golden's inputs, with no host round trip between the ops.
 //
 //   kdtr_greedy_step --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
-//                    [--kernel auto|simt|mma|wgmma]
+//                    [--kernel auto|simt|mma|wgmma] [--graph]
 //   kdtr_greedy_step --describe   (its parameter struct kdtr_greedy_step_params as JSON: docs/binaries.md)
 //
 // Reads from GOLDEN the inputs of kdtr::ops::greedy_step_chain() (greedy_step_chain.hpp; contract:
@@ -26,6 +26,9 @@
 // one stream, each launch checked, with no host synchronization or copy in between; one
 // stream synchronization at the end, then every output is copied back.  CPU: the same
 // chain with the three CPU cores.  --repeat times the whole chain (docs/binaries.md).
+// --graph (docs/binaries.md, "Graph replay"): the four launches captured in one CUDA graph,
+// replayed on the input file's two data sets (the chain's tree_len buffer is not cleared
+// between the replays either).
 // --kernel forces the kernel of the verify_attn stage exactly as kdtr_verify_attn's
 // --kernel does (CUDA only: a usage error with --backend cpu; exit 3 where a forced mma
 // or wgmma does not apply); tree_build's build is always auto.
@@ -131,8 +134,8 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
 #ifndef KDTR_NO_CUDA
 // CUDA: the inputs copied to the device once, then the four launches enqueued on one
 // stream, each checked, nothing on the host in between; one synchronization at the end.
-std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, float sm_scale,
-                     const std::string& attn_kernel) {
+std::string run_cuda(const cli::Args& args, const ops::Inputs& in, ops::Outputs& out, const ops::FirstReplay& first,
+                     float sm_scale, const std::string& attn_kernel) {
   // Everything that can refuse the problem is settled before any allocation.
   const GreedyStepStages host = ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), nullptr, sm_scale);
   // shared memory limits N; the select kernel where it fits
@@ -144,7 +147,7 @@ std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Ou
 
   cli::DeviceBuffer<int32_t> tree_len(static_cast<size_t>(in.dim("B")));  // the chain's own, poisoned
   tree_len.fill_bytes(cli::kPoison);
-  const ops::Device dev(in, out);
+  const ops::Device dev(in, out, &first);
   GreedyStepStages c = ops::greedy_step_params(dev.slots(in.dims()), tree_len.get(), sm_scale);
   c.build.kernel = build_kernel;
   const cudaStream_t s = dev.stream.get();
@@ -166,27 +169,32 @@ int run(const cli::Args& args) {
   const File golden = File::open(args.input);
   const std::vector<ops::Link>& chain = ops::greedy_step_chain();
   ops::Inputs in(golden, ops::chain_bounds(chain));
-  in.read(chain[0]);  // tree_build: B, D, K from top_log_probs; N from max_budget
-  in.read(chain[1]);  // verify_attn: H, Dqk from q, S from kv_cache (tree_len, visibility wired)
-  check_attn_values(in);
-  in.read(chain[2]);  // tree_accept: target_predict (the tree wired from tree_build)
+  const auto read = [&](ops::Inputs& i) {
+    i.read(chain[0]);  // tree_build: B, D, K from top_log_probs; N from max_budget
+    i.read(chain[1]);  // verify_attn: H, Dqk from q, S from kv_cache (tree_len, visibility wired)
+    check_attn_values(i);
+    i.read(chain[2]);  // tree_accept: target_predict (the tree wired from tree_build)
+  };
+  read(in);
+  const ops::FirstReplay first(args, in, read);  // --graph: replay1.<name>
   ops::Outputs out;
   for (const ops::Link& l : chain) out.declare(*l.op, in.dims(), std::string(l.op->name) + ".");
   check_limits(in, out, !args.cuda());
+  if (first.on()) check_limits(first.inputs(), out, !args.cuda());
   out.allocate();
 
   const float sm_scale = in.scalar<float>("input.sm_scale");
   std::string kernel;
   if (args.cuda()) {
 #ifndef KDTR_NO_CUDA
-    kernel = run_cuda(args, in, out, sm_scale, attn_kernel);
+    kernel = run_cuda(args, in, out, first, sm_scale, attn_kernel);
 #endif
   } else {
     // The same chain with the three CPU cores, tree_len in host memory.
     std::vector<int32_t> tree_len(static_cast<size_t>(in.dim("B")));
-    const GreedyStepStages c =
-        ops::greedy_step_params(ops::Slots(in.dims()).add(in).add(out), tree_len.data(), sm_scale);
-    cli::run_cpu_timed(args.repeat, [&] { cpu::greedy_step(c); });
+    const ops::Host host(in, first);
+    const GreedyStepStages c = ops::greedy_step_params(host.slots(in.dims()).add(out), tree_len.data(), sm_scale);
+    ops::run_cpu(args, host, out, [&] { cpu::greedy_step(c); });
     kernel = "cpu_f64";
   }
   ops::write_outputs(args, golden, "greedy_step", out, &kernel);

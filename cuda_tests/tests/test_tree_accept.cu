@@ -1,6 +1,6 @@
 // test_tree_accept.cu -- build/bin/kdtr_tree_accept: run tree_accept on a golden's inputs.
 //
-//   kdtr_tree_accept --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
+//   kdtr_tree_accept --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N] [--graph]
 //   kdtr_tree_accept --describe   (its parameter struct kdtr_tree_accept_params as JSON: docs/binaries.md)
 //
 // Reads the inputs of kdtr::ops::tree_accept_decl() (kdtr_ops.hpp: node_token_ids i64
@@ -8,7 +8,8 @@
 // i64 [B,T]) from GOLDEN, runs the op (contract: docs/ops/tree_accept.md), and writes OUT
 // holding its outputs (accepted_count i32 [B], accepted_path i32 [B,T], proposed i64
 // [B,T], status i32 [B]) with metadata op="tree_accept", config (copied from the golden),
-// backend, device.  Exit codes and the --repeat line: docs/binaries.md.
+// backend, device.  Exit codes, the --repeat line and --graph (two data sets replayed from
+// one CUDA graph): docs/binaries.md.
 //
 // Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
 // linked with the CPU core (cpu/tree_accept.cpp) and, in the CUDA build, the kernel
@@ -37,7 +38,8 @@ int run(const cli::Args& args) {
   const File golden = File::open(args.input);
   const ops::OpDecl& op = ops::tree_accept_decl();
   ops::Inputs in(golden, op.bounds);
-  in.read(op);  // B and T from node_token_ids
+  in.read(op);                                                                  // B and T from node_token_ids
+  const ops::FirstReplay first(args, in, [&](ops::Inputs& i) { i.read(op); });  // --graph: replay1.<name>
   ops::Outputs out;
   out.declare(op, in.dims());
   // Resource limits (docs/binaries.md), before anything is allocated; the CPU backend has
@@ -47,13 +49,14 @@ int run(const cli::Args& args) {
 
   if (args.cuda()) {
 #ifndef KDTR_NO_CUDA
-    const ops::Device dev(in, out);
+    const ops::Device dev(in, out, &first);
     const TreeAcceptParams p = ops::tree_accept_params(dev.slots(in.dims()));
     ops::run_cuda(args, dev, out, [&] { return launch_tree_accept(p, dev.stream.get()); });
 #endif
   } else {
-    const TreeAcceptParams p = ops::tree_accept_params(ops::Slots(in.dims()).add(in).add(out));
-    cli::run_cpu_timed(args.repeat, [&] { cpu::tree_accept(p); });
+    const ops::Host host(in, first);
+    const TreeAcceptParams p = ops::tree_accept_params(host.slots(in.dims()).add(out));
+    ops::run_cpu(args, host, out, [&] { cpu::tree_accept(p); });
   }
   ops::write_outputs(args, golden, op.name, out);
   return cli::EXIT_OK;

@@ -1,7 +1,7 @@
 // test_tree_build.cu -- build/bin/kdtr_tree_build: run tree_build on a golden's inputs.
 //
 //   kdtr_tree_build --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
-//                   [--kernel auto|heap|select]
+//                   [--kernel auto|heap|select] [--graph]
 //   kdtr_tree_build --describe   (its parameter struct kdtr_tree_build_params as JSON: docs/binaries.md)
 //
 // Reads the inputs of kdtr::ops::tree_build_decl() (kdtr_ops.hpp: top_log_probs f32
@@ -18,7 +18,8 @@
 // Both give the same outputs; the output's metadata `kernel` names the one that ran
 // ("heap", "select", "cpu_heap", "cpu_select").  Outputs (and the CPU backend's scratch) implied by max_budget over the
 // resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything is
-// allocated.  Exit codes, limits and the --repeat line: docs/binaries.md.
+// allocated.  Exit codes, limits, the --repeat line and --graph (two data sets replayed
+// from one CUDA graph; select_fallbacks then counts the second replay): docs/binaries.md.
 //
 // Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
 // linked with the CPU core (cpu/tree_build.cpp) and, in the CUDA build, the kernels
@@ -84,6 +85,7 @@ int run(const cli::Args& args) {
   const ops::OpDecl& op = ops::tree_build_decl();
   ops::Inputs in(golden, op.bounds);
   in.read(op);  // B, D, K from top_log_probs; N from max_budget
+  const ops::FirstReplay first(args, in, [&](ops::Inputs& i) { i.read(op); });  // --graph: replay1.<name>
   ops::Outputs out;
   out.declare(op, in.dims());
   check_limits(golden, in.dims(), out, !args.cuda(), want == TREE_BUILD_KERNEL_SELECT);
@@ -96,7 +98,7 @@ int run(const cli::Args& args) {
     // Shared memory limits N: checked before anything is allocated on the device.
     const int32_t k = ops::configure_tree_build(ops::tree_build_params(ops::Slots(in.dims()).add(in).add(out)), want,
                                                 args.device, "");
-    const ops::Device dev(in, out);
+    const ops::Device dev(in, out, &first);
     TreeBuildParams p = ops::tree_build_params(dev.slots(in.dims()));
     p.kernel = k;
     cli::DeviceBuffer<uint8_t> fell_back(static_cast<size_t>(in.dim("B")));
@@ -107,11 +109,12 @@ int run(const cli::Args& args) {
     fell_back.download(fallback_flags.data());
 #endif
   } else {
-    TreeBuildParams p = ops::tree_build_params(ops::Slots(in.dims()).add(in).add(out));
+    const ops::Host host(in, first);
+    TreeBuildParams p = ops::tree_build_params(host.slots(in.dims()).add(out));
     p.kernel = want == TREE_BUILD_KERNEL_SELECT ? TREE_BUILD_KERNEL_SELECT : TREE_BUILD_KERNEL_HEAP;
     fallback_flags.assign(static_cast<size_t>(in.dim("B")), 0);
     p.heap_fallback = fallback_flags.data();
-    cli::run_cpu_timed(args.repeat, [&] { cpu::tree_build(p); });
+    ops::run_cpu(args, host, out, [&] { cpu::tree_build(p); });
     kernel = p.kernel == TREE_BUILD_KERNEL_SELECT ? "cpu_select" : "cpu_heap";
   }
   // select_fallbacks: valid requests the select build handed to the heap build (same

@@ -1,7 +1,7 @@
 // test_verify_attn.cu -- build/bin/kdtr_verify_attn: run verify_attn on a golden's inputs.
 //
 //   kdtr_verify_attn --input GOLDEN --output OUT [--backend cpu|cuda] [--device N] [--repeat N]
-//                    [--kernel auto|simt|mma|wgmma]
+//                    [--kernel auto|simt|mma|wgmma] [--graph]
 //   kdtr_verify_attn --describe   (its parameter struct kdtr_verify_attn_params as JSON: docs/binaries.md)
 //
 // Reads the inputs of kdtr::ops::verify_attn_decl() (kdtr_ops.hpp: q f32|bf16
@@ -9,14 +9,13 @@
 // visibility u8 [B,T,T], sm_scale f32 [], d_v i32 []) from GOLDEN, runs the op (contract:
 // docs/ops/verify_attn.md), and writes OUT holding out f32 [B,T,H,d_v] and lse f32
 // [B,T,H] with metadata op="verify_attn", config (copied from the golden), backend,
-// device, kernel ("cpu_f64", or the CUDA kernel instance that ran).  Exit codes and the
-// --repeat line: docs/binaries.md.  --kernel (CUDA only) forces the f32 FFMA kernel
-// (simt), the bf16 tensor-core kernel (mma) or the Hopper wgmma + TMA kernel (wgmma:
-// compute capability 9.0 and a build with it, verify_attn_sm90.cu); mma and wgmma exit 3
-// where they do not apply; the default auto picks wgmma for Dqk > 256 where it applies,
-// else mma where it applies, else simt.  Outputs (and the CPU backend's scratch) over
-// the resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything
-// is allocated.
+// device, kernel ("cpu_f64", or the CUDA kernel instance that ran).  Exit codes, the
+// --repeat line and --graph (two data sets replayed from one CUDA graph): docs/binaries.md.  --kernel (CUDA only)
+// forces the f32 FFMA kernel (simt), the bf16 tensor-core kernel (mma) or the Hopper wgmma + TMA kernel (wgmma: compute
+// capability 9.0 and a build with it, verify_attn_sm90.cu); mma and wgmma exit 3 where they do not apply; the default
+// auto picks wgmma for Dqk > 256 where it applies, else mma where it applies, else simt.  Outputs (and the CPU
+// backend's scratch) over the resource limits of kdtr_cli.hpp are input errors (exit 2), checked before anything is
+// allocated.
 //
 // Host code only, compiled as C++ in both builds (-DKDTR_NO_CUDA in the CPU-only one),
 // linked with the CPU core (cpu/verify_attn.cpp) and, in the CUDA build, the kernels
@@ -88,13 +87,14 @@ void check_limits(const ops::Inputs& in, const ops::Outputs& out, bool cpu) {
 }
 
 #ifndef KDTR_NO_CUDA
-std::string run_cuda(const cli::Args& args, const ops::Inputs& in, const ops::Outputs& out, const std::string& kernel) {
+std::string run_cuda(const cli::Args& args, const ops::Inputs& in, ops::Outputs& out, const ops::FirstReplay& first,
+                     const std::string& kernel) {
   const float sm_scale = in.scalar<float>("input.sm_scale");
   const VerifyAttnProblem dims = ops::verify_attn_params(ops::Slots(in.dims()).add(in).add(out), sm_scale);
   // the kernel (--kernel; exit 3 where a forced one does not apply), its shared memory raised
   const VerifyAttnPlan plan = ops::plan_verify_attn(dims, kernel, args.device, "");
 
-  const ops::Device dev(in, out);
+  const ops::Device dev(in, out, &first);
   const VerifyAttnProblem p = ops::verify_attn_params(dev.slots(in.dims()), sm_scale);
   // 3 warm-up launches beyond the checked run before the timed ones
   ops::run_cuda(args, dev, out, [&] { return launch_verify_attn(p, plan, dev.stream.get()); }, 3);
@@ -108,22 +108,28 @@ int run(const cli::Args& args) {
   const File golden = File::open(args.input);
   const ops::OpDecl& op = ops::verify_attn_decl();
   ops::Inputs in(golden, op.bounds);
-  in.read(op);  // B, T, H, Dqk from q, S from kv_cache
-  check_values(in);
+  const auto read = [&](ops::Inputs& i) {
+    i.read(op);  // B, T, H, Dqk from q, S from kv_cache
+    check_values(i);
+  };
+  read(in);
+  const ops::FirstReplay first(args, in, read);  // --graph: replay1.<name>
   ops::Outputs out;
   out.declare(op, in.dims());
   check_limits(in, out, !args.cuda());
+  if (first.on()) check_limits(first.inputs(), out, !args.cuda());
   out.allocate();
 
   std::string kernel;
   if (args.cuda()) {
 #ifndef KDTR_NO_CUDA
-    kernel = run_cuda(args, in, out, kernel_opt);
+    kernel = run_cuda(args, in, out, first, kernel_opt);
 #endif
   } else {
+    const ops::Host host(in, first);
     const VerifyAttnProblem p =
-        ops::verify_attn_params(ops::Slots(in.dims()).add(in).add(out), in.scalar<float>("input.sm_scale"));
-    cli::run_cpu_timed(args.repeat, [&] { cpu::verify_attn(p); });
+        ops::verify_attn_params(host.slots(in.dims()).add(out), in.scalar<float>("input.sm_scale"));
+    ops::run_cpu(args, host, out, [&] { cpu::verify_attn(p); });
     kernel = "cpu_f64";
   }
   ops::write_outputs(args, golden, op.name, out, &kernel);
