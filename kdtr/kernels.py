@@ -2,7 +2,7 @@
 
 ``build/lib/libkdtr_kernels.so`` (cuda_tests/include/kdtr_kernels.h) exports one ``extern
 "C"`` entry per op and backend; this module loads it with ctypes and gives one function
-per op::
+per op (the torch.library ops over them: :mod:`kdtr.torch_ops`, docs/torch.md)::
 
     from kdtr import kernels
     from kdtr.testing import goldens, assert_conforms
@@ -14,14 +14,22 @@ per op::
 
 - ``device="cpu"`` takes numpy arrays and runs the CPU backend; ``device="cuda"`` takes
   torch CUDA tensors (all on one device) and enqueues the CUDA kernel on that device's
-  current stream (``torch.cuda.current_stream().cuda_stream``), without synchronizing;
-  ``device=None`` (default) is ``"cuda"`` when an array argument is a torch CUDA tensor,
-  else ``"cpu"``. torch is imported only when an argument is a torch tensor.
+  current stream, without synchronizing; ``device=None`` (default) is ``"cuda"`` when an
+  array argument is a torch CUDA tensor, else ``"cpu"``. torch is imported only when an
+  argument is a torch tensor.
+- A CUDA call makes no host synchronisation and no host-device copy, allocates nothing but
+  its outputs (none with ``out=``) and is legal during CUDA graph capture. The scalars
+  (``sm_scale``, ``d_v``, ``max_budget``) are Python numbers, numpy scalars or CPU tensors;
+  a CUDA tensor there is a ``ValueError`` (reading it would synchronize).
 - Every tensor argument is checked before the call: its type for the device, dtype, shape
   (dims named as in docs/ops/<op>.md, bound by the first tensor that shows them) and
-  C-contiguity; a violation is a ``ValueError`` naming the op and the argument. So are the
-  values the kernels trust (verify_attn's ``prefix_len`` / ``tree_len``, ``d_v``; for CUDA
-  the [B] length tensors are copied to the host for that check).
+  C-contiguity; a violation is a ``ValueError`` naming the op and the argument. So are
+  ``d_v`` and ``max_budget``, and on the CPU the per-request lengths verify_attn trusts
+  (``prefix_len`` / ``tree_len``). On CUDA those lengths live on the device: the kernels
+  check them there, write NaN into the out / lse rows of a request that fails and record
+  the failure in the library's device error record, which :func:`check` reads (a
+  ``KernelError`` naming op, request and field). A library without that record
+  (``kdtr_device_errors``) gets the old host check, a copy of the [B] lengths.
 - Before anything is allocated, the bytes of every output of the call, all together
   (tree_build's visibility alone is B * T * T for T = max_budget + 1), are checked against
   :func:`kdtr.limits.max_output_bytes` (``$KDTR_MAX_OUTPUT_BYTES``, 4 GiB by default), and
@@ -31,13 +39,19 @@ per op::
   would need 10002600033 bytes (9.32 GiB) for B = 1, T = max_budget + 1 = 100001, over the
   limit of 4294967296 bytes (4 GiB); set KDTR_MAX_OUTPUT_BYTES to a larger byte count to
   allow it``.
-- The outputs are allocated here (numpy on the CPU, torch on the inputs' CUDA device; every
-  byte ``0x5a`` first, as the binaries do, so an element a kernel fails to write cannot
-  match by chance) and returned as a dict named as the golden's ``expected.<name>``
-  tensors (greedy_step: ``tree_build.node_count``, ...), ready for
-  :func:`kdtr.testing.assert_conforms`. The dict's ``.kernel`` attribute names the kernel
-  that ran, where the op has a choice (``"cpu_heap"``, ``"select"``, ``"cpu_f64"``,
-  ``"mma_bf16_dqk576_dv512"``, ...).
+- The outputs are allocated here (numpy on the CPU, torch on the inputs' CUDA device) or
+  given by ``out=`` (a dict named as the result, each entry checked for dtype, shape,
+  device and contiguity; :func:`empty_outputs` makes one), and returned as a dict named as
+  the golden's ``expected.<name>`` tensors (greedy_step: ``tree_build.node_count``, ...),
+  ready for :func:`kdtr.testing.assert_conforms`. ``poison=True`` fills every output
+  byte with ``0x5a`` first, as the binaries do, so an element a kernel fails to write
+  cannot match by chance; the default (``poison=None``) poisons the outputs this module
+  allocates and not those of ``out=``; ``poison=False`` never does (no fill launches).
+  The dict's ``.kernel`` attribute names the kernel that ran, where the op has a choice
+  (``"cpu_heap"``, ``"select"``, ``"cpu_f64"``, ``"mma_bf16_dqk576_dv512"``, ...).
+- The per-signature work (dims, checks of the shapes, limits, the outputs' shapes) is
+  cached by the inputs' shapes and dtypes and the scalars that size the outputs; a call
+  of a seen signature checks contiguity and device and reads the data pointers only.
 - The library: ``$KDTR_KERNELS_LIB`` if set, else ``<repo>/build/lib/libkdtr_kernels.so``;
   :class:`KernelLibraryError` when it is missing, cannot be loaded, or its ABI version or
   struct sizes differ from this module's. An entry's error code becomes a
@@ -49,8 +63,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +75,14 @@ from . import limits
 from .ops import OPS, OpSpec, TensorSpec
 
 __all__ = [
-    "ABI_VERSION", "KernelError", "KernelLibraryError", "Outputs", "abi_fields", "abi_struct", "default_lib_path",
-    "describe", "greedy_step", "has_cuda", "load", "tree_accept", "tree_build", "verify_attn",
+    "ABI_VERSION", "KernelError", "KernelLibraryError", "Outputs", "abi_fields", "abi_struct", "check",
+    "default_lib_path", "describe", "empty_outputs", "greedy_step", "has_cuda", "has_device_checks", "load",
+    "output_specs", "tree_accept", "tree_build", "verify_attn",
 ]
 
 ABI_VERSION = 2
+"""The library's ABI (``KDTR_ABI_VERSION``) this module is written for."""
+_ABI_VERSIONS = (2, 3)  # 3: the same structs, with the device error record
 
 # Return codes (kdtr_kernels.h).
 OK, ERR_INVALID_ARGUMENT, ERR_NOT_SUPPORTED, ERR_NO_CUDA, ERR_CUDA, ERR_OUT_OF_MEMORY, ERR_INTERNAL = range(7)
@@ -80,13 +98,21 @@ class KernelLibraryError(OSError):
 
 
 class KernelError(RuntimeError):
-    """An entry of the library returned an error code (``.code``; ``.op``; the message is
-    the library's ``kdtr_last_error()``)."""
+    """An entry of the library returned an error code, or (:func:`check`) the device error
+    record holds a failed request.  ``.code``, ``.op``; for a device record also
+    ``.device`` (the CUDA index), ``.request`` (batch row), ``.field`` (the argument,
+    e.g. ``"prefix_len"``) and ``.count`` (failures recorded since the last check); the
+    message is the library's."""
 
-    def __init__(self, op: str, code: int, message: str) -> None:
+    def __init__(self, op: str, code: int, message: str, *, device: int | None = None, request: int | None = None,
+                 field: str | None = None, count: int | None = None) -> None:
         super().__init__(f"{op}: {_CODE_NAMES.get(code, f'error {code}')} (code {code}): {message}")
         self.op = op
         self.code = code
+        self.device = device
+        self.request = request
+        self.field = field
+        self.count = count
 
 
 class Outputs(dict):
@@ -146,6 +172,8 @@ _TreeBuildParams = _STRUCTS["tree_build"]
 _VerifyAttnParams = _STRUCTS["verify_attn"]
 _TreeAcceptParams = _STRUCTS["tree_accept"]
 _GreedyStepParams = _STRUCTS["greedy_step"]
+
+
 def _kernel_code(op: str, kernel: str) -> int:
     """The Params ``kernel`` code of ``kernel`` for ``op``: 0 for "auto", k + 1 for
     ``OPS[op].kernels[k]``.
@@ -157,12 +185,39 @@ def _kernel_code(op: str, kernel: str) -> int:
         raise ValueError(f"{op}: kernel must be one of {', '.join(names)}, not {kernel!r}")
     return names.index(kernel)
 
+
+class _OpDef:
+    """An op's call layout, from its spec: the tensor inputs (name, dtypes, dims) in
+    signature order, the outputs (name, dtype, dims; the spec's ``Dv`` is ``d_v``), the
+    buffers, and the struct's fields in positional order (checked against abi_fields)."""
+
+    def __init__(self, spec: OpSpec) -> None:
+        self.name = spec.name
+        self.tensors = tuple((s.name, s.dtypes, s.dims) for s in spec.inputs if s.dims)
+        self.names = tuple(n for n, _, _ in self.tensors)
+        self.outputs = tuple((s.name, s.dtype, tuple("d_v" if d == "Dv" else d for d in s.dims))
+                             for s in spec.outputs)
+        self.buffers = tuple((s.name, s.dtype, s.dims) for s in spec.abi_buffers)
+        self.abi_dims = spec.abi_dims
+        self.has_scale = any(s.name == "sm_scale" for s in spec.inputs)
+        self.multi = any(len(s.dtypes) > 1 for s in spec.inputs)
+        self.has_kernel = bool(spec.kernels)
+        self.struct = _STRUCTS[spec.name]
+        order = [n for n, _, _ in self.tensors] + [n.replace(".", "_") for n, _, _ in self.outputs]
+        order += [n for n, _, _ in self.buffers] + (["sm_scale"] if self.has_scale else []) + list(self.abi_dims)
+        order += (["dtype"] if self.multi else []) + (["kernel"] if self.has_kernel else [])
+        assert order == [n for n, _ in abi_fields(spec)][:len(order)], spec.name
+
+
+_DEFS = {name: _OpDef(spec) for name, spec in OPS.items()}
+
 # ---------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
 _loaded: dict[Path, ctypes.CDLL] = {}
+_default: tuple[str | None, ctypes.CDLL] | None = None  # ($KDTR_KERNELS_LIB, its library)
 
 
 def default_lib_path() -> Path:
@@ -211,7 +266,7 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
         except AttributeError as exc:
             raise KernelLibraryError(f"{lib_path} is not a kdtr kernels library: {exc}") from exc
         version = lib.kdtr_abi_version()
-        if version != ABI_VERSION:
+        if version not in _ABI_VERSIONS:
             raise KernelLibraryError(f"{lib_path}: ABI version {version}, this kdtr.kernels needs {ABI_VERSION} "
                                      "(rebuild with `make lib`)")
         for op, struct in _STRUCTS.items():
@@ -219,8 +274,29 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
             if size != ctypes.sizeof(struct):
                 raise KernelLibraryError(f"{lib_path}: kdtr_{op}_params is {size} bytes, kdtr.kernels has "
                                          f"{ctypes.sizeof(struct)} (rebuild with `make lib`)")
+        try:
+            errors = lib.kdtr_device_errors
+            errors.restype = ctypes.c_int
+            errors.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64]
+            lib._kdtr_device_checks = True
+        except AttributeError:
+            lib._kdtr_device_checks = False
         _loaded[key] = lib
         return lib
+
+
+def _library(path: str | os.PathLike | None) -> ctypes.CDLL:
+    """:func:`load`, with the default library's lookup cached (per ``$KDTR_KERNELS_LIB``)."""
+    global _default
+    if path is not None:
+        return load(path)
+    env = os.environ.get("KDTR_KERNELS_LIB")
+    d = _default
+    if d is not None and d[0] == env:
+        return d[1]
+    lib = load()
+    _default = (env, lib)
+    return lib
 
 
 def describe(op: str, path: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -244,415 +320,651 @@ def has_cuda(path: str | os.PathLike | None = None) -> bool:
     return bool(load(path).kdtr_has_cuda())
 
 
+def has_device_checks(path: str | os.PathLike | None = None) -> bool:
+    """Whether the library's CUDA kernels check verify_attn's lengths on the device and
+    record failures (``kdtr_device_errors``, read by :func:`check`); without it kdtr.kernels
+    copies the [B] lengths to the host to check them, which a CUDA graph capture refuses."""
+    return bool(load(path)._kdtr_device_checks)
+
+
+# ---------------------------------------------------------------------------------------
+# The device error record
+# ---------------------------------------------------------------------------------------
+
+_used_devices: set[int] = set()  # the CUDA devices this process has launched kernels on
+_RECORD = re.compile(r"^(?P<op>\w+): request (?P<request>\d+): (?P<field>\w+)")
+
+
+def check(device: Any = None, *, lib: str | os.PathLike | None = None) -> None:
+    """Read and clear the library's device error record: the requests that the CUDA kernels
+    refused since the last check (verify_attn's and greedy_step's per-request lengths:
+    ``prefix_len >= 0``, ``tree_len`` in [0, T], ``prefix_len + tree_len <= S``; greedy_step
+    ``prefix_len + T <= S``). Such a request's out and lse rows are NaN; nothing of its q or
+    kv_cache was read.
+
+    ``device``: a CUDA index, ``"cuda:N"`` or a torch.device; None (default): every device
+    this process has run kernels on through this module. This synchronizes each device
+    read (wait for the work in flight first); never call it during a CUDA graph capture.
+    A library without the record (:func:`has_device_checks` False) has nothing to read:
+    this returns at once.
+
+    Raises:
+        KernelError: a device's record holds a failure: ``.op``, ``.request``, ``.field``
+            (the argument), ``.device``, ``.count``; code ERR_INVALID_ARGUMENT; or the
+            record could not be read (ERR_CUDA, the CUDA error in the message). Every
+            device read is cleared first; the first failing one is raised.
+    """
+    L = _library(lib)
+    if not L._kdtr_device_checks:
+        return
+    if device is None:
+        devices = sorted(_used_devices)
+    elif isinstance(device, int):
+        devices = [device]
+    else:
+        text = str(device)
+        m = re.fullmatch(r"cuda(?::(\d+))?", text)
+        if not m:
+            raise ValueError(f"check: device must be a CUDA index, 'cuda:N' or a torch.device, not {device!r}")
+        index = getattr(device, "index", None)
+        if m.group(1):
+            index = int(m.group(1))
+        devices = [index if index is not None else (_torch.cuda.current_device() if _torch is not None else 0)]
+    first: KernelError | None = None
+    buf = ctypes.create_string_buffer(1024)
+    for d in devices:
+        n = L.kdtr_device_errors(d, 1, buf, len(buf))
+        msg = buf.value.decode("utf-8", "replace")
+        if n == 0 or first is not None:
+            continue
+        if n < 0:
+            first = KernelError("check", ERR_CUDA, f"cuda:{d}: reading the device error record failed: {msg}",
+                                device=d)
+            continue
+        m = _RECORD.match(msg)
+        op = m.group("op") if m else "kernels"
+        first = KernelError(op, ERR_INVALID_ARGUMENT,
+                            f"cuda:{d}: {n} request(s) refused by the device-side checks since the last check; the "
+                            f"first: {msg}", device=d, request=int(m.group("request")) if m else None,
+                            field=m.group("field") if m else None, count=n)
+    if first is not None:
+        raise first
+
+
 # ---------------------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------------------
 
+_torch: Any = None  # the torch module, once a torch tensor was seen
+_Tensor: Any = None
+_raw_stream: Any = None  # device index -> cudaStream_t of torch's current stream
+
+
+def _import_torch() -> Any:
+    global _torch, _Tensor, _raw_stream
+    if _torch is None:
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        _Tensor = torch.Tensor
+        _torch = torch
+    return _torch
+
+
 def _is_torch(x: Any) -> bool:
+    if _Tensor is not None and isinstance(x, _Tensor):
+        return True
     return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr")
 
 
 _NP_DTYPES = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "u8": np.dtype(np.uint8),
               "f32": np.dtype(np.float32)}
 _TORCH_DTYPES = {"i64": "int64", "i32": "int32", "u8": "uint8", "f32": "float32", "bf16": "bfloat16"}
+_dtype_maps: dict[bool, dict[str, Any]] = {}
 
 
-def _np_bf16() -> np.dtype:
-    import ml_dtypes
-
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-class _Call:
-    """One call's arguments: backend, bound dims, checked tensors and allocated outputs."""
-
-    def __init__(self, op: str, device: str | None, arrays: dict[str, Any]) -> None:
-        self.op = op
-        self.dims: dict[str, int] = {}
-        self.keep: list[Any] = []
-        if device not in (None, "cpu", "cuda"):
-            raise ValueError(f"{op}: device must be 'cpu', 'cuda' or None, not {device!r}")
-        if device is None:
-            device = "cuda" if any(_is_torch(a) and a.is_cuda for a in arrays.values()) else "cpu"
-        self.device = device
-        self.torch = None
-        self.cuda_index: int | None = None
-        if device == "cuda":
-            for name, a in arrays.items():
-                if not (_is_torch(a) and a.is_cuda):
-                    raise ValueError(f"{op}: {name}: device='cuda' takes torch CUDA tensors, got "
-                                     f"{self._describe(a)}")
-                if self.cuda_index is None:
-                    self.cuda_index = a.device.index
-                elif a.device.index != self.cuda_index:
-                    raise ValueError(f"{op}: {name}: on cuda:{a.device.index}, the other tensors on "
-                                     f"cuda:{self.cuda_index}")
-            import torch  # only now: every array is a torch tensor
-
-            self.torch = torch
+def _dtypes(torch_kind: bool) -> dict[str, Any]:
+    """KDTR dtype name -> numpy dtype (torch_kind False) or torch dtype."""
+    m = _dtype_maps.get(torch_kind)
+    if m is None:
+        if torch_kind:
+            torch = _import_torch()
+            m = {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items()}
         else:
-            for name, a in arrays.items():
-                if not isinstance(a, np.ndarray):
-                    raise ValueError(f"{op}: {name}: device='cpu' takes numpy arrays, got {self._describe(a)}")
+            import ml_dtypes
 
-    @staticmethod
-    def _describe(a: Any) -> str:
-        if _is_torch(a):
-            return f"a torch tensor on {a.device}"
-        return f"a {type(a).__module__}.{type(a).__name__}"
+            m = dict(_NP_DTYPES, bf16=np.dtype(ml_dtypes.bfloat16))
+        _dtype_maps[torch_kind] = m
+    return m
 
-    def _dtype_ok(self, a: Any, dtype: str) -> bool:
-        if self.torch is not None:
-            return a.dtype == getattr(self.torch, _TORCH_DTYPES[dtype])
-        return a.dtype == (_np_bf16() if dtype == "bf16" else _NP_DTYPES[dtype])
 
-    @staticmethod
-    def _dtype_name(a: Any) -> str:
-        return str(a.dtype).replace("torch.", "")
+def _describe(a: Any) -> str:
+    if _is_torch(a):
+        return f"a torch tensor on {a.device}"
+    return f"a {type(a).__module__}.{type(a).__name__}"
 
-    def tensor(self, name: str, a: Any, dtypes: Sequence[str], dims: Sequence[str]) -> int:
-        """Check ``a`` (dtype one of ``dtypes``, shape ``dims``, C-contiguous), bind its
-        dims; its address."""
-        op = self.op
-        if not any(self._dtype_ok(a, d) for d in dtypes):
-            raise ValueError(f"{op}: {name}: dtype {self._dtype_name(a)}, expected {' or '.join(dtypes)}")
-        shape = tuple(int(s) for s in a.shape)
-        want = "[" + ",".join(dims) + "]"
-        if len(shape) != len(dims):
-            raise ValueError(f"{op}: {name}: shape {shape} has {len(shape)} dims, expected {len(dims)} {want}")
-        for d, s in zip(dims, shape):
-            if d in self.dims and self.dims[d] != s:
-                known = tuple(self.dims.get(x, x) for x in dims)
-                raise ValueError(f"{op}: {name}: shape {shape}, expected {want} = "
-                                 f"({', '.join(str(k) for k in known)}): {d} is {self.dims[d]}")
-        for d, s in zip(dims, shape):
-            self.dims.setdefault(d, s)
-        contiguous = a.is_contiguous() if self.torch is not None else a.flags.c_contiguous
-        if not contiguous:
-            raise ValueError(f"{op}: {name}: not C-contiguous (row-major); pass a contiguous copy "
-                             f"({'.contiguous()' if self.torch is not None else 'numpy.ascontiguousarray'})")
-        if self.torch is None and not a.flags.aligned:
-            raise ValueError(f"{op}: {name}: not aligned to its dtype")
-        self.keep.append(a)
-        return int(a.data_ptr()) if self.torch is not None else int(a.ctypes.data)
 
-    def output(self, dtype: str, dims: Sequence[str]) -> Any:
-        shape = tuple(self.dims[d] for d in dims)
-        if self.torch is not None:
-            t = self.torch.empty(shape, dtype=getattr(self.torch, _TORCH_DTYPES[dtype]),
-                                 device=f"cuda:{self.cuda_index}")
-            if t.numel():
-                t.view(-1).view(self.torch.uint8).fill_(0x5A)
-            return t
-        a = np.empty(shape, dtype=_NP_DTYPES[dtype])
-        a.view(np.uint8).fill(0x5A)
-        return a
+def _placement(op: str, names: Sequence[str], arrays: Sequence[Any], device: str | None) -> int | None:
+    """The CUDA index of the call (None: the CPU backend), every array checked for it."""
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"{op}: device must be 'cpu', 'cuda' or None, not {device!r}")
+    if device is None:
+        device = "cuda" if any(_is_torch(a) and a.is_cuda for a in arrays) else "cpu"
+    if device == "cpu":
+        for name, a in zip(names, arrays):
+            if not isinstance(a, np.ndarray):
+                raise ValueError(f"{op}: {name}: device='cpu' takes numpy arrays, got {_describe(a)}")
+        return None
+    index = None
+    for name, a in zip(names, arrays):
+        if not (_is_torch(a) and a.is_cuda):
+            raise ValueError(f"{op}: {name}: device='cuda' takes torch CUDA tensors, got {_describe(a)}")
+        i = a.get_device()
+        if index is None:
+            index = i
+        elif i != index:
+            raise ValueError(f"{op}: {name}: on cuda:{i}, the other tensors on cuda:{index}")
+    _import_torch()
+    return index
 
-    @staticmethod
-    def ptr(a: Any) -> int:
-        return int(a.data_ptr()) if _is_torch(a) else int(a.ctypes.data)
 
-    def host(self, a: Any) -> np.ndarray:
-        """A [B] tensor's values on the host (for the value checks)."""
-        return a.detach().cpu().numpy() if self.torch is not None else a
+def _cuda_scalar(op: str, name: str, x: Any) -> None:
+    if getattr(x, "is_cuda", False) or getattr(getattr(x, "device", None), "type", "cpu") not in ("cpu", "meta"):
+        raise ValueError(f"{op}: {name}: a tensor on {x.device}; reading it would synchronize the device: pass a "
+                         "Python number, a numpy scalar or a CPU tensor")
 
-    def int_scalar(self, name: str, x: Any) -> int:
-        if _is_torch(x):
-            if x.numel() != 1 or x.dim() != 0 or x.dtype.is_floating_point or x.dtype.is_complex:
-                raise ValueError(f"{self.op}: {name}: expected an integer scalar, got a {x.dtype} tensor of shape "
-                                 f"{tuple(x.shape)}")
-            return int(x.item())
-        a = np.asarray(x)
-        if a.ndim != 0 or a.dtype.kind not in "iu":
-            raise ValueError(f"{self.op}: {name}: expected an integer scalar, got {a.dtype} of shape {a.shape}")
-        return int(a)
 
-    def float_scalar(self, name: str, x: Any) -> float:
-        if _is_torch(x):
-            if x.numel() != 1 or x.dim() != 0 or x.dtype.is_complex:
-                raise ValueError(f"{self.op}: {name}: expected a real scalar, got a {x.dtype} tensor of shape "
-                                 f"{tuple(x.shape)}")
-            return float(x.item())
-        a = np.asarray(x)
-        if a.ndim != 0 or a.dtype.kind not in "fiu":
-            raise ValueError(f"{self.op}: {name}: expected a real scalar, got {a.dtype} of shape {a.shape}")
-        return float(a)
+def _int_scalar(op: str, name: str, x: Any) -> int:
+    if type(x) is int:
+        return x
+    if _is_torch(x):
+        _cuda_scalar(op, name, x)
+        if x.numel() != 1 or x.dim() != 0 or x.dtype.is_floating_point or x.dtype.is_complex or \
+                x.dtype == _torch.bool:
+            raise ValueError(f"{op}: {name}: expected an integer scalar, got a {x.dtype} tensor of shape "
+                             f"{tuple(x.shape)}")
+        return int(x.item())
+    a = np.asarray(x)
+    if a.ndim != 0 or a.dtype.kind not in "iu":
+        raise ValueError(f"{op}: {name}: expected an integer scalar, got {a.dtype} of shape {a.shape}")
+    return int(a)
 
-    def run(self, lib: ctypes.CDLL, params: ctypes.Structure) -> None:
-        if self.torch is not None:
-            with self.torch.cuda.device(self.cuda_index):
-                stream = self.torch.cuda.current_stream(self.cuda_index).cuda_stream
-                rc = getattr(lib, f"kdtr_{self.op}_cuda")(ctypes.byref(params), ctypes.c_void_p(stream))
-        else:
-            rc = getattr(lib, f"kdtr_{self.op}_cpu")(ctypes.byref(params))
-        if rc != OK:
-            msg = lib.kdtr_last_error()
-            raise KernelError(self.op, rc, msg.decode("utf-8", "replace") if msg else "")
+
+def _float_scalar(op: str, name: str, x: Any) -> float:
+    if type(x) is float:
+        return x
+    if _is_torch(x):
+        _cuda_scalar(op, name, x)
+        if x.numel() != 1 or x.dim() != 0 or x.dtype.is_complex:
+            raise ValueError(f"{op}: {name}: expected a real scalar, got a {x.dtype} tensor of shape "
+                             f"{tuple(x.shape)}")
+        return float(x.item())
+    a = np.asarray(x)
+    if a.ndim != 0 or a.dtype.kind not in "fiu":
+        raise ValueError(f"{op}: {name}: expected a real scalar, got {a.dtype} of shape {a.shape}")
+    return float(a)
 
 
 def _max_budget(op: str, x: Any) -> int:
-    a = np.asarray(x.item() if _is_torch(x) else x)
-    if a.ndim != 0 or a.dtype.kind not in "iu":
-        raise ValueError(f"{op}: max_budget: expected an integer, got {x!r}")
-    n = int(a)
-    if not 0 <= n <= _MAX_BUDGET:
-        raise ValueError(f"{op}: max_budget {n} is outside [0, {_MAX_BUDGET}]")
-    return n
+    if type(x) is not int:
+        if _is_torch(x):
+            _cuda_scalar(op, "max_budget", x)
+            x = x.item()
+        a = np.asarray(x)
+        if a.ndim != 0 or a.dtype.kind not in "iu":
+            raise ValueError(f"{op}: max_budget: expected an integer, got {x!r}")
+        x = int(a)
+    if not 0 <= x <= _MAX_BUDGET:
+        raise ValueError(f"{op}: max_budget {x} is outside [0, {_MAX_BUDGET}]")
+    return x
 
 
-def _check_d_v(c: _Call, d_v: int) -> None:
-    if not 1 <= d_v <= c.dims["Dqk"]:
-        raise ValueError(f"{c.op}: d_v: {d_v} is outside [1, Dqk = {c.dims['Dqk']}]")
+def _check_tensor(op: str, name: str, a: Any, dtypes: Sequence[str], dims: Sequence[str], bound: dict[str, Any],
+                  torch_kind: bool) -> str:
+    """Check ``a`` (dtype one of ``dtypes``, shape ``dims`` as bound so far, C-contiguous)
+    and bind its dims; the KDTR dtype it has."""
+    m = _dtypes(torch_kind)
+    dt = next((d for d in dtypes if a.dtype == m[d]), None)
+    if dt is None:
+        raise ValueError(f"{op}: {name}: dtype {str(a.dtype).replace('torch.', '')}, expected {' or '.join(dtypes)}")
+    shape = tuple(a.shape)
+    want = "[" + ",".join(dims) + "]"
+    if len(shape) != len(dims):
+        raise ValueError(f"{op}: {name}: shape {shape} has {len(shape)} dims, expected {len(dims)} {want}")
+    for d, s in zip(dims, shape):
+        if d in bound and bound[d] != s:
+            known = tuple(bound.get(x, x) for x in dims)
+            raise ValueError(f"{op}: {name}: shape {shape}, expected {want} = "
+                             f"({', '.join(str(k) for k in known)}): {d} is {bound[d]}")
+    for d, s in zip(dims, shape):
+        bound.setdefault(d, s)
+    _contiguous(op, name, a, torch_kind)
+    return dt
 
 
-def _check_lengths(c: _Call, prefix_len: Any, tree_len: Any | None) -> int:
-    """verify_attn's trusted lengths, per request (tree_len None: the chain's T); the most
-    keys a request attends to, max(prefix_len + tree_len) (0 for B = 0)."""
-    T, S = c.dims["T"], c.dims["S"]
-    pl = c.host(prefix_len).astype(np.int64)
-    tl = c.host(tree_len).astype(np.int64) if tree_len is not None else np.full_like(pl, T)
-    for name, bad in (("prefix_len", np.flatnonzero(pl < 0)),):
-        if bad.size:
-            b = int(bad[0])
-            raise ValueError(f"{c.op}: {name}: request {b}: prefix_len {pl[b]} is negative")
-    if tree_len is not None:
-        bad = np.flatnonzero((tl < 0) | (tl > T))
-        if bad.size:
-            b = int(bad[0])
-            raise ValueError(f"{c.op}: tree_len: request {b}: tree_len {tl[b]} is outside [0, T = {T}]")
-    bad = np.flatnonzero(pl + tl > S)
+def _contiguous(op: str, name: str, a: Any, torch_kind: bool) -> None:
+    if torch_kind:
+        if not a.is_contiguous():
+            raise ValueError(f"{op}: {name}: not C-contiguous (row-major); pass a contiguous copy (.contiguous())")
+        return
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{op}: {name}: not C-contiguous (row-major); pass a contiguous copy "
+                         "(numpy.ascontiguousarray)")
+    if not a.flags.aligned:
+        raise ValueError(f"{op}: {name}: not aligned to its dtype")
+
+
+def _signature(od: _OpDef, arrays: Sequence[Any], torch_kind: bool, n: int | None, d_v: int | None
+               ) -> tuple[dict[str, Any], str | None]:
+    """Check the tensors' dtypes, shapes and contiguity, ``n`` (max_budget, checked) and
+    ``d_v`` against them; the dims (T, N and d_v included) and the float dtype (None where
+    the op has no float input of several dtypes). Works on torch FakeTensors (sizes may be
+    symbolic: compared, never converted)."""
+    op = od.name
+    dims: dict[str, Any] = {}
+    if n is not None:
+        dims["T"] = n + 1
+    float_dt = None
+    for (name, dtypes, tdims), a in zip(od.tensors, arrays):
+        several = len(dtypes) > 1  # q and kv_cache: f32|bf16, the same for both
+        dt = _check_tensor(op, name, a, (float_dt,) if several and float_dt else dtypes, tdims, dims, torch_kind)
+        if several:
+            float_dt = dt
+    if op == "greedy_step":
+        if dims["T"] < 1:
+            raise ValueError(f"{op}: q: T = 0 slots (T = max_budget + 1 >= 1)")
+        n = _max_budget(op, dims["T"] - 1) if n is None else n
+    if n is not None:
+        dims["N"] = n
+    if d_v is not None:
+        if not 1 <= d_v <= dims["Dqk"]:
+            raise ValueError(f"{op}: d_v: {d_v} is outside [1, Dqk = {dims['Dqk']}]")
+        dims["d_v"] = d_v
+    return dims, float_dt
+
+
+def _output_limit(op: str, dims: dict[str, int], n_given: bool) -> None:
+    B, T = dims["B"], dims["T"]
+    if op == "tree_accept":
+        limits.check_output_bytes(limits.tree_accept_output_bytes(B, T), "tree_accept: node_token_ids",
+                                  f"B = {B}, T = {T}")
+    elif op == "tree_build":
+        limits.check_output_bytes(limits.tree_build_output_bytes(B, T), f"{op}: max_budget",
+                                  f"B = {B}, T = max_budget + 1 = {T}")
+    elif op == "verify_attn":
+        H, dv = dims["H"], dims["d_v"]
+        limits.check_output_bytes(limits.verify_attn_output_bytes(B, T, H, dv), f"{op}: q, d_v",
+                                  f"out [B,T,H,d_v] = [{B},{T},{H},{dv}] and lse [B,T,H]")
+    else:
+        H, dv = dims["H"], dims["d_v"]
+        limits.check_output_bytes(limits.greedy_step_output_bytes(B, T, H, dv),
+                                  f"{op}: {'max_budget' if n_given else 'q'}",
+                                  f"B = {B}, T = max_budget + 1 = {T}, H = {H}, d_v = {dv}")
+
+
+class _Plan:
+    """The cached work of one call signature: dims, the outputs' (name, dtype, shape), the
+    buffers' (name, dtype, shape), and the struct's values after the pointers and scalars."""
+
+    __slots__ = ("dims", "outputs", "buffers", "tail", "float_dt")
+
+    def __init__(self, od: _OpDef, dims: dict[str, int], float_dt: str | None, code: int) -> None:
+        self.dims = dims
+        self.float_dt = float_dt
+        self.outputs = tuple((name, dt, tuple(dims[d] for d in ds)) for name, dt, ds in od.outputs)
+        self.buffers = tuple((name, dt, tuple(dims[d] for d in ds)) for name, dt, ds in od.buffers)
+        tail = [dims[d] for d in od.abi_dims]
+        if od.multi:
+            tail.append(_DTYPE_BF16 if float_dt == "bf16" else _DTYPE_F32)
+        if od.has_kernel:
+            tail.append(code)
+        self.tail = tuple(tail)
+
+
+_plans: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096
+
+
+def _plan(od: _OpDef, arrays: Sequence[Any], cuda: bool, code: int, n: int | None, d_v: int | None,
+          kernel: str) -> _Plan:
+    key = (od.name, cuda, code, n, d_v, os.environ.get(limits.MAX_OUTPUT_BYTES_ENV),
+           os.environ.get(limits.MAX_SCRATCH_BYTES_ENV), *[(a.shape, a.dtype) for a in arrays])
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    dims, float_dt = _signature(od, arrays, cuda, n, d_v)
+    _output_limit(od.name, dims, n is not None)
+    if not cuda and od.name == "tree_build":
+        limits.check_cpu_scratch_bytes(limits.tree_build_cpu_scratch_bytes(n, dims["D"], dims["K"],
+                                                                           kernel == "select"),
+                                       f"{od.name}: max_budget", f"N = {n}, D = {dims['D']}")
+    plan = _Plan(od, dims, float_dt, code)
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def _check_lengths(op: str, dims: dict[str, int], pl: np.ndarray, tl: np.ndarray | None) -> int:
+    """verify_attn's trusted lengths, per request (tree_len None: the chain's T), host
+    arrays; the most keys a request attends to, max(prefix_len + tree_len) (0 for B = 0)."""
+    T, S = dims["T"], dims["S"]
+    pl = pl.astype(np.int64)
+    tl64 = tl.astype(np.int64) if tl is not None else np.full_like(pl, T)
+    bad = np.flatnonzero(pl < 0)
     if bad.size:
         b = int(bad[0])
-        what = "tree_len" if tree_len is not None else "T (the largest tree_len)"
-        raise ValueError(f"{c.op}: prefix_len: request {b}: prefix_len {pl[b]} + {what} {tl[b]} exceeds the "
+        raise ValueError(f"{op}: prefix_len: request {b}: prefix_len {pl[b]} is negative")
+    if tl is not None:
+        bad = np.flatnonzero((tl64 < 0) | (tl64 > T))
+        if bad.size:
+            b = int(bad[0])
+            raise ValueError(f"{op}: tree_len: request {b}: tree_len {tl64[b]} is outside [0, T = {T}]")
+    bad = np.flatnonzero(pl + tl64 > S)
+    if bad.size:
+        b = int(bad[0])
+        what = "tree_len" if tl is not None else "T (the largest tree_len)"
+        raise ValueError(f"{op}: prefix_len: request {b}: prefix_len {pl[b]} + {what} {tl64[b]} exceeds the "
                          f"cache rows S = {S}")
-    return int((pl + tl).max()) if len(pl) else 0
+    return int((pl + tl64).max()) if len(pl) else 0
 
 
-def _float_dtype(c: _Call, q: Any) -> str:
-    return "bf16" if c._dtype_ok(q, "bf16") else "f32"
+def _cpu_scratch(op: str, dims: dict[str, int], keys: int) -> None:
+    Dqk, dv = dims["Dqk"], dims["d_v"]
+    if op == "verify_attn":
+        limits.check_cpu_scratch_bytes(limits.verify_attn_cpu_scratch_bytes(keys, Dqk, dv), f"{op}: kv_cache",
+                                       f"L = prefix_len + tree_len = {keys} keys of Dqk = {Dqk}")
+        return
+    T, B = dims["T"], dims["B"]
+    tree_len_bytes = B * 4  # the [B] tree_len handed from tree_build to verify_attn
+    limits.check_cpu_scratch_bytes(
+        tree_len_bytes + limits.tree_build_cpu_scratch_bytes(T - 1, dims["D"], dims["K"], False),
+        f"{op}: max_budget", f"tree_build: N = {T - 1}, D = {dims['D']}")
+    limits.check_cpu_scratch_bytes(tree_len_bytes + limits.verify_attn_cpu_scratch_bytes(keys, Dqk, dv),
+                                   f"{op}: kv_cache", f"verify_attn: L = prefix_len + T = {keys} keys of Dqk = {Dqk}")
+
+
+def _allocate(cuda: int | None, dt: str, shape: tuple[int, ...]) -> Any:
+    if cuda is not None:
+        return _torch.empty(shape, dtype=_dtype_maps[True][dt], device=_cuda_devices[cuda])
+    return np.empty(shape, dtype=_dtypes(False)[dt])
+
+
+class _CudaDevices(dict):
+    def __missing__(self, index: int) -> Any:
+        d = self[index] = _torch.device("cuda", index)
+        return d
+
+
+_cuda_devices = _CudaDevices()
+
+
+def _poison(a: Any) -> None:
+    if isinstance(a, np.ndarray):
+        a.view(np.uint8).fill(0x5A)
+    elif a.numel():
+        a.view(-1).view(_torch.uint8).fill_(0x5A)
+
+
+def _given(op: str, name: str, a: Any, dt: str, shape: tuple[int, ...], cuda: int | None) -> Any:
+    """Check one ``out=`` entry: dtype, shape, device, contiguity."""
+    m = _dtypes(cuda is not None)
+    if cuda is not None:
+        if not (_is_torch(a) and a.is_cuda and a.get_device() == cuda):
+            raise ValueError(f"{op}: out[{name!r}]: expected a torch tensor on cuda:{cuda}, got {_describe(a)}")
+    elif not isinstance(a, np.ndarray):
+        raise ValueError(f"{op}: out[{name!r}]: device='cpu' takes numpy arrays, got {_describe(a)}")
+    if a.dtype != m[dt]:
+        raise ValueError(f"{op}: out[{name!r}]: dtype {str(a.dtype).replace('torch.', '')}, expected {dt}")
+    if tuple(a.shape) != shape:
+        raise ValueError(f"{op}: out[{name!r}]: shape {tuple(a.shape)}, expected {shape}")
+    _contiguous(op, f"out[{name!r}]", a, cuda is not None)
+    if cuda is None and not a.flags.writeable:
+        raise ValueError(f"{op}: out[{name!r}]: read-only")
+    return a
+
+
+def _ptr(a: Any) -> int:
+    return a.data_ptr() if _Tensor is not None and isinstance(a, _Tensor) else a.ctypes.data
+
+
+def _call(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: Any = None, kernel: str = "auto",
+          out: Mapping[str, Any] | None, poison: bool | None, device: str | None,
+          lib: str | os.PathLike | None) -> Outputs:
+    """One call of ``op``'s entry (the functions below and kdtr.torch_ops come here)."""
+    L = _library(lib)
+    od = _DEFS[op]
+    code = _kernel_code(op, kernel) if kernel != "auto" else 0
+    if n is not None:
+        n = _max_budget(op, n)
+    cuda = _placement(op, od.names, arrays, device)
+    if kernel != "auto" and cuda is None and op != "tree_build":
+        raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
+    scale = _float_scalar(op, "sm_scale", sm_scale) if od.has_scale else None
+    dv = _int_scalar(op, "d_v", d_v) if d_v is not None else None
+    plan = _plan(od, arrays, cuda is not None, code, n, dv, kernel)
+    ptrs = []
+    if cuda is not None:
+        for name, a in zip(od.names, arrays):
+            if not a.is_contiguous():
+                _contiguous(op, name, a, True)
+            ptrs.append(a.data_ptr())
+    else:
+        for name, a in zip(od.names, arrays):
+            _contiguous(op, name, a, False)
+            ptrs.append(a.ctypes.data)
+    if od.has_scale and (cuda is None or not L._kdtr_device_checks):  # the lengths, on the host
+        i = od.names.index("prefix_len")
+        tl = arrays[od.names.index("tree_len")] if "tree_len" in od.names else None
+        if cuda is not None:
+            if _torch.cuda.is_current_stream_capturing():
+                raise ValueError(f"{op}: prefix_len: this libkdtr_kernels.so has no device-side length checks "
+                                 "(kdtr_device_errors), so they are read to the host, which a CUDA graph capture "
+                                 "refuses: rebuild it with `make lib`")
+            host = [arrays[i].cpu().numpy(), tl.cpu().numpy() if tl is not None else None]
+        else:
+            host = [arrays[i], tl]
+        keys = _check_lengths(op, plan.dims, host[0], host[1])
+        if cuda is None:
+            _cpu_scratch(op, plan.dims, keys)
+    res = Outputs()
+    if out is None:
+        for name, dt, shape in plan.outputs:
+            res[name] = _allocate(cuda, dt, shape)
+        if poison is None:
+            poison = True
+    else:
+        if not isinstance(out, Mapping):
+            raise ValueError(f"{op}: out: expected a dict of output name -> tensor, got {type(out).__name__}")
+        for name, dt, shape in plan.outputs:
+            a = out.get(name)
+            if a is None:
+                raise ValueError(f"{op}: out: no {name!r} (out= names every output: "
+                                 f"{', '.join(n for n, _, _ in plan.outputs)})")
+            res[name] = _given(op, name, a, dt, shape, cuda)
+        if len(out) != len(plan.outputs):
+            known = {n for n, _, _ in plan.outputs} | {n for n, _, _ in plan.buffers}
+            extra = sorted(set(out) - known)
+            if extra:
+                raise ValueError(f"{op}: out: {extra[0]!r} is not an output of {op}")
+    bufs = []
+    for name, dt, shape in plan.buffers:  # tree_build's heap_fallback (optional), greedy_step's tree_len
+        a = out.get(name) if out is not None else None
+        if a is not None:
+            bufs.append(_given(op, name, a, dt, shape, cuda))
+        elif name == "tree_len":
+            bufs.append(_allocate(cuda, dt, shape))
+        else:
+            bufs.append(None)
+    if poison:
+        for a in res.values():
+            _poison(a)
+    vals = ptrs + [_ptr(a) for a in res.values()] + [0 if b is None else _ptr(b) for b in bufs]
+    if scale is not None:
+        vals.append(scale)
+    p = od.struct(*vals, *plan.tail)
+    if cuda is not None:
+        fn = getattr(L, f"kdtr_{op}_cuda")
+        _used_devices.add(cuda)
+        if _torch.cuda.current_device() == cuda:
+            rc = fn(ctypes.byref(p), _raw_stream(cuda))
+        else:
+            with _torch.cuda.device(cuda):
+                rc = fn(ctypes.byref(p), _raw_stream(cuda))
+    else:
+        rc = getattr(L, f"kdtr_{op}_cpu")(ctypes.byref(p))
+    if rc != OK:
+        msg = L.kdtr_last_error()
+        raise KernelError(op, rc, msg.decode("utf-8", "replace") if msg else "")
+    if od.has_kernel:
+        res.kernel = p.kernel_ran.decode() if p.kernel_ran else None
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# Shapes of the outputs, preallocation
+# ---------------------------------------------------------------------------------------
+
+def _op_arrays(op: str, inputs: Mapping[str, Any]) -> tuple[list[Any], Any, Any]:
+    od = _DEFS.get(op)
+    if od is None:
+        raise ValueError(f"no op {op!r} (one of {', '.join(_DEFS)})")
+    missing = [n for n in od.names if n not in inputs]
+    if missing:
+        raise ValueError(f"{op}: inputs: no {missing[0]!r}")
+    return [inputs[n] for n in od.names], inputs.get("d_v"), inputs.get("sm_scale")
+
+
+def output_specs(op: str, inputs: Mapping[str, Any], *, max_budget: Any = None) -> dict[str, tuple[str, tuple]]:
+    """The outputs a call of ``op`` on ``inputs`` (name -> array, as a golden's inputs:
+    numpy arrays or torch tensors, FakeTensors too; scalars ``d_v``, ``sm_scale`` by value)
+    returns: name -> (KDTR dtype, shape), in the result's order. ``max_budget``: tree_build's
+    (required) and greedy_step's (default q's T - 1). The tensors are checked as a call
+    checks them (dtype, shape, contiguity, ``d_v``, ``max_budget``); nothing is read or
+    allocated, and sizes are never converted to ints (symbolic sizes stay symbolic).
+
+    Raises:
+        ValueError: as a call of the op would, naming the argument; an unknown op or a
+            missing input."""
+    arrays, d_v, _ = _op_arrays(op, inputs)
+    od = _DEFS[op]
+    if op == "tree_build" and max_budget is None:
+        raise ValueError("tree_build: max_budget: required")
+    n = _max_budget(op, max_budget) if max_budget is not None else None
+    dv = _int_scalar(op, "d_v", d_v) if op in ("verify_attn", "greedy_step") else None
+    dims, _ = _signature(od, arrays, any(_is_torch(a) for a in arrays), n, dv)
+    return {name: (dt, tuple(dims[d] for d in ds)) for name, dt, ds in od.outputs}
+
+
+def empty_outputs(op: str, inputs: Mapping[str, Any], *, max_budget: Any = None) -> Outputs:
+    """Uninitialised outputs for ``out=`` of a call of ``op`` on ``inputs`` (see
+    :func:`output_specs`): torch tensors on the inputs' CUDA device, else numpy arrays;
+    greedy_step's dict also holds its ``tree_len`` workspace (i32 [B]), so that a call
+    with it allocates nothing.
+
+    Raises:
+        ValueError: as :func:`output_specs`."""
+    specs = output_specs(op, inputs, max_budget=max_budget)
+    arrays = _op_arrays(op, inputs)[0]
+    cuda = arrays[0].get_device() if _is_torch(arrays[0]) and arrays[0].is_cuda else None
+    if cuda is not None:
+        _dtypes(True)
+    res = Outputs((name, _allocate(cuda, dt, shape)) for name, (dt, shape) in specs.items())
+    if op == "greedy_step":
+        res["tree_len"] = _allocate(cuda, "i32", (arrays[0].shape[0],))
+    return res
 
 
 # ---------------------------------------------------------------------------------------
 # The ops
 # ---------------------------------------------------------------------------------------
 
-def tree_accept(node_token_ids: Any, next_token: Any, next_sibling: Any, node_count: Any, target_predict: Any, *,
-                device: str | None = None, lib: str | os.PathLike | None = None) -> Outputs:
-    """tree_accept (docs/ops/tree_accept.md): node_token_ids i64 [B,T], next_token /
-    next_sibling i32 [B,T], node_count i32 [B], target_predict i64 [B,T] -> accepted_count
-    i32 [B], accepted_path i32 [B,T], proposed i64 [B,T], status i32 [B].
+_COMMON = """
+    out: a dict of preallocated outputs named as the result (:func:`empty_outputs`); each
+        is checked (dtype, shape, device, contiguity) and written, and the result holds
+        them. poison: fill every output byte with 0x5a before the call (default: only
+        outputs this function allocates). device: "cpu" (numpy arrays), "cuda" (torch CUDA
+        tensors on one device, torch's current stream) or None (inferred). lib: the
+        library's path (default :func:`default_lib_path`).
 
     Raises:
-        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
-            call would allocate over the limits (outputs, naming node_token_ids), before anything is allocated.
+        ValueError: a bad argument (dtype, shape, contiguity, device, a trusted value, an
+            ``out=`` entry, a CUDA tensor as a scalar), or what the call would allocate
+            over the limits, before anything is allocated; the message names the argument.
         KernelError: the library's entry returned an error code.
         KernelLibraryError: the library is missing or does not match this module."""
-    L = load(lib)
-    c = _Call("tree_accept", device, dict(node_token_ids=node_token_ids, next_token=next_token,
-                                          next_sibling=next_sibling, node_count=node_count,
-                                          target_predict=target_predict))
-    p = _TreeAcceptParams()
-    p.node_token_ids = c.tensor("node_token_ids", node_token_ids, ["i64"], ["B", "T"])
-    p.next_token = c.tensor("next_token", next_token, ["i32"], ["B", "T"])
-    p.next_sibling = c.tensor("next_sibling", next_sibling, ["i32"], ["B", "T"])
-    p.node_count = c.tensor("node_count", node_count, ["i32"], ["B"])
-    p.target_predict = c.tensor("target_predict", target_predict, ["i64"], ["B", "T"])
-    B, T = c.dims["B"], c.dims["T"]
-    limits.check_output_bytes(limits.tree_accept_output_bytes(B, T), "tree_accept: node_token_ids",
-                              f"B = {B}, T = {T}")
-    out = Outputs(accepted_count=c.output("i32", ["B"]), accepted_path=c.output("i32", ["B", "T"]),
-                  proposed=c.output("i64", ["B", "T"]), status=c.output("i32", ["B"]))
-    p.accepted_count, p.accepted_path = c.ptr(out["accepted_count"]), c.ptr(out["accepted_path"])
-    p.proposed, p.status = c.ptr(out["proposed"]), c.ptr(out["status"])
-    p.B, p.T = c.dims["B"], c.dims["T"]
-    c.run(L, p)
-    return out
 
 
-_TREE_BUILD_OUT = (("node_count", "i32", ["B"]), ("node_token_ids", "i64", ["B", "T"]),
-                   ("node_depths", "i32", ["B", "T"]), ("parents", "i32", ["B", "T"]),
-                   ("next_token", "i32", ["B", "T"]), ("next_sibling", "i32", ["B", "T"]),
-                   ("visibility", "u8", ["B", "T", "T"]), ("status", "i32", ["B"]))
+def tree_accept(node_token_ids: Any, next_token: Any, next_sibling: Any, node_count: Any, target_predict: Any, *,
+                out: Mapping[str, Any] | None = None, poison: bool | None = None, device: str | None = None,
+                lib: str | os.PathLike | None = None) -> Outputs:
+    return _call("tree_accept", (node_token_ids, next_token, next_sibling, node_count, target_predict), out=out,
+                 poison=poison, device=device, lib=lib)
+
+
+tree_accept.__doc__ = """tree_accept (docs/ops/tree_accept.md): node_token_ids i64 [B,T], next_token /
+    next_sibling i32 [B,T], node_count i32 [B], target_predict i64 [B,T] -> accepted_count
+    i32 [B], accepted_path i32 [B,T], proposed i64 [B,T], status i32 [B] (limits: naming
+    node_token_ids).
+""" + _COMMON
 
 
 def tree_build(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budget: Any, depth_limit: Any,
-               max_budget: int, *, kernel: str = "auto", device: str | None = None,
+               max_budget: int, *, kernel: str = "auto", out: Mapping[str, Any] | None = None,
+               poison: bool | None = None, device: str | None = None,
                lib: str | os.PathLike | None = None) -> Outputs:
-    """tree_build (docs/ops/tree_build.md): top_log_probs f32 [B,D,K], top_token_ids i64
-    [B,D,K], root_token_ids i64 [B], budget / depth_limit i32 [B], max_budget N (the
-    golden's metadata; T = N + 1) -> node_count i32 [B], node_token_ids i64 [B,T],
-    node_depths / parents / next_token / next_sibling i32 [B,T], visibility u8 [B,T,T],
-    status i32 [B].  kernel: "auto", "heap" or "select"; ``.kernel`` of the result: "heap"
-    / "select" (CUDA) or "cpu_heap" / "cpu_select".
+    return _call("tree_build", (top_log_probs, top_token_ids, root_token_ids, budget, depth_limit), n=max_budget,
+                 kernel=kernel, out=out, poison=poison, device=device, lib=lib)
 
-    Raises:
-        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
-            call would allocate over the limits (outputs or, for device='cpu', scratch, naming
-            max_budget), before anything is allocated.
-        KernelError: the library's entry returned an error code.
-        KernelLibraryError: the library is missing or does not match this module."""
-    L = load(lib)
-    op = "tree_build"
-    code = _kernel_code(op, kernel)
-    N = _max_budget(op, max_budget)
-    c = _Call(op, device, dict(top_log_probs=top_log_probs, top_token_ids=top_token_ids,
-                               root_token_ids=root_token_ids, budget=budget, depth_limit=depth_limit))
-    p = _TreeBuildParams()
-    p.top_log_probs = c.tensor("top_log_probs", top_log_probs, ["f32"], ["B", "D", "K"])
-    p.top_token_ids = c.tensor("top_token_ids", top_token_ids, ["i64"], ["B", "D", "K"])
-    p.root_token_ids = c.tensor("root_token_ids", root_token_ids, ["i64"], ["B"])
-    p.budget = c.tensor("budget", budget, ["i32"], ["B"])
-    p.depth_limit = c.tensor("depth_limit", depth_limit, ["i32"], ["B"])
-    c.dims["T"] = N + 1
-    B, D, K, T = c.dims["B"], c.dims["D"], c.dims["K"], N + 1
-    limits.check_output_bytes(limits.tree_build_output_bytes(B, T), f"{op}: max_budget",
-                              f"B = {B}, T = max_budget + 1 = {T}")
-    if c.device == "cpu":
-        limits.check_cpu_scratch_bytes(limits.tree_build_cpu_scratch_bytes(N, D, K, kernel == "select"),
-                                       f"{op}: max_budget", f"N = {N}, D = {D}")
-    out = Outputs((name, c.output(dt, dims)) for name, dt, dims in _TREE_BUILD_OUT)
-    for name, _, _ in _TREE_BUILD_OUT:
-        setattr(p, name, c.ptr(out[name]))
-    p.B, p.D, p.K, p.N = c.dims["B"], c.dims["D"], c.dims["K"], N
-    p.kernel = code
-    c.run(L, p)
-    out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
-    return out
+
+tree_build.__doc__ = """tree_build (docs/ops/tree_build.md): top_log_probs f32 [B,D,K], top_token_ids i64
+    [B,D,K], root_token_ids i64 [B], budget / depth_limit i32 [B], max_budget N (an int,
+    the golden's metadata; T = N + 1) -> node_count i32 [B], node_token_ids i64 [B,T],
+    node_depths / parents / next_token / next_sibling i32 [B,T], visibility u8 [B,T,T],
+    status i32 [B]; ``out=`` may also hold ``heap_fallback`` u8 [B] (1 where the select
+    build handed a request to the heap build).  kernel: "auto", "heap" or "select";
+    ``.kernel`` of the result: "heap" / "select" (CUDA) or "cpu_heap" / "cpu_select".
+    Limits: naming max_budget (outputs; device='cpu' also the scratch).
+""" + _COMMON
 
 
 def verify_attn(q: Any, kv_cache: Any, prefix_len: Any, tree_len: Any, visibility: Any, sm_scale: Any, d_v: Any, *,
-                kernel: str = "auto", device: str | None = None, lib: str | os.PathLike | None = None) -> Outputs:
-    """verify_attn (docs/ops/verify_attn.md): q f32|bf16 [B,T,H,Dqk], kv_cache (q's dtype)
+                kernel: str = "auto", out: Mapping[str, Any] | None = None, poison: bool | None = None,
+                device: str | None = None, lib: str | os.PathLike | None = None) -> Outputs:
+    return _call("verify_attn", (q, kv_cache, prefix_len, tree_len, visibility), sm_scale=sm_scale, d_v=d_v,
+                 kernel=kernel, out=out, poison=poison, device=device, lib=lib)
+
+
+verify_attn.__doc__ = """verify_attn (docs/ops/verify_attn.md): q f32|bf16 [B,T,H,Dqk], kv_cache (q's dtype)
     [B,S,Dqk], prefix_len / tree_len i32 [B], visibility u8 [B,T,T], sm_scale (a real
     scalar), d_v (an integer scalar in [1, Dqk]) -> out f32 [B,T,H,d_v], lse f32 [B,T,H].
     kernel ("auto", "simt", "mma", "wgmma") picks the CUDA kernel (wgmma: the Hopper kernel,
     on compute capability 9.0 with a library built with it, else a KernelError with code
-    ERR_NOT_SUPPORTED); the CPU backend takes "auto".
-
-    Raises:
-        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
-            call would allocate over the limits (outputs, naming q, d_v; for device='cpu'
-            the scratch of the longest request, naming kv_cache), before anything is allocated.
-        KernelError: the library's entry returned an error code.
-        KernelLibraryError: the library is missing or does not match this module."""
-    L = load(lib)
-    op = "verify_attn"
-    code = _kernel_code(op, kernel)
-    c = _Call(op, device, dict(q=q, kv_cache=kv_cache, prefix_len=prefix_len, tree_len=tree_len,
-                               visibility=visibility))
-    if kernel != "auto" and c.device == "cpu":
-        raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
-    p = _VerifyAttnParams()
-    p.q = c.tensor("q", q, ["f32", "bf16"], ["B", "T", "H", "Dqk"])
-    dt = _float_dtype(c, q)
-    p.kv_cache = c.tensor("kv_cache", kv_cache, [dt], ["B", "S", "Dqk"])
-    p.prefix_len = c.tensor("prefix_len", prefix_len, ["i32"], ["B"])
-    p.tree_len = c.tensor("tree_len", tree_len, ["i32"], ["B"])
-    p.visibility = c.tensor("visibility", visibility, ["u8"], ["B", "T", "T"])
-    scale = c.float_scalar("sm_scale", sm_scale)
-    dv = c.int_scalar("d_v", d_v)
-    _check_d_v(c, dv)
-    keys = _check_lengths(c, prefix_len, tree_len)
-    c.dims["d_v"] = dv
-    B, T, H, Dqk = c.dims["B"], c.dims["T"], c.dims["H"], c.dims["Dqk"]
-    limits.check_output_bytes(limits.verify_attn_output_bytes(B, T, H, dv), f"{op}: q, d_v",
-                              f"out [B,T,H,d_v] = [{B},{T},{H},{dv}] and lse [B,T,H]")
-    if c.device == "cpu":
-        limits.check_cpu_scratch_bytes(limits.verify_attn_cpu_scratch_bytes(keys, Dqk, dv), f"{op}: kv_cache",
-                                       f"L = prefix_len + tree_len = {keys} keys of Dqk = {Dqk}")
-    out = Outputs(out=c.output("f32", ["B", "T", "H", "d_v"]), lse=c.output("f32", ["B", "T", "H"]))
-    p.out, p.lse = c.ptr(out["out"]), c.ptr(out["lse"])
-    for d in ("B", "T", "H", "S", "Dqk", "d_v"):
-        setattr(p, d, c.dims[d])
-    p.sm_scale = scale
-    p.dtype = _DTYPE_BF16 if dt == "bf16" else _DTYPE_F32
-    p.kernel = code
-    c.run(L, p)
-    out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
-    return out
+    ERR_NOT_SUPPORTED); the CPU backend takes "auto".  The lengths: checked on the host for
+    device='cpu' (ValueError); on CUDA by the kernel (NaN rows, :func:`check`).  Limits:
+    naming q, d_v (outputs), kv_cache (device='cpu': the longest request's scratch).
+""" + _COMMON
 
 
 def greedy_step(top_log_probs: Any, top_token_ids: Any, root_token_ids: Any, budget: Any, depth_limit: Any, q: Any,
                 kv_cache: Any, prefix_len: Any, sm_scale: Any, d_v: Any, target_predict: Any,
-                max_budget: int | None = None, *, kernel: str = "auto", device: str | None = None,
+                max_budget: int | None = None, *, kernel: str = "auto", out: Mapping[str, Any] | None = None,
+                poison: bool | None = None, device: str | None = None,
                 lib: str | os.PathLike | None = None) -> Outputs:
-    """greedy_step (docs/ops/greedy_step.md): tree_build -> verify_attn -> tree_accept in
+    return _call("greedy_step", (top_log_probs, top_token_ids, root_token_ids, budget, depth_limit, q, kv_cache,
+                                 prefix_len, target_predict), n=max_budget, sm_scale=sm_scale, d_v=d_v,
+                 kernel=kernel, out=out, poison=poison, device=device, lib=lib)
+
+
+greedy_step.__doc__ = """greedy_step (docs/ops/greedy_step.md): tree_build -> verify_attn -> tree_accept in
     one call (CUDA: four launches on one stream, nothing on the host in between).  Inputs
     as the golden's: tree_build's five, q f32|bf16 [B,T,H,Dqk], kv_cache [B,S,Dqk],
     prefix_len i32 [B], sm_scale, d_v, target_predict i64 [B,T]; T = max_budget + 1
     (max_budget defaults to q's T - 1).  Outputs named ``tree_build.<name>``,
-    ``verify_attn.<name>``, ``tree_accept.<name>`` as in the golden; ``.kernel`` is
+    ``verify_attn.<name>``, ``tree_accept.<name>`` as in the golden; ``out=`` may also hold
+    the ``tree_len`` i32 [B] workspace (else one is allocated per call).  ``.kernel`` is
     verify_attn's kernel.  kernel ("auto", "simt", "mma", "wgmma") forces the kernel of the
-    verify_attn stage, as ``kdtr_greedy_step --kernel`` does (device='cuda' only).
-
-    Raises:
-        ValueError: a bad argument (dtype, shape, contiguity, a trusted value), or what the
-            call would allocate over the limits (outputs, naming max_budget (q when it is not
-            given); for device='cpu' the scratch, naming max_budget or kv_cache), before anything is allocated.
-        KernelError: the library's entry returned an error code.
-        KernelLibraryError: the library is missing or does not match this module."""
-    L = load(lib)
-    op = "greedy_step"
-    code = _kernel_code(op, kernel)
-    c = _Call(op, device, dict(top_log_probs=top_log_probs, top_token_ids=top_token_ids,
-                               root_token_ids=root_token_ids, budget=budget, depth_limit=depth_limit, q=q,
-                               kv_cache=kv_cache, prefix_len=prefix_len, target_predict=target_predict))
-    if kernel != "auto" and c.device == "cpu":
-        raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
-    if max_budget is not None:
-        c.dims["T"] = _max_budget(op, max_budget) + 1
-    p = _GreedyStepParams()
-    p.top_log_probs = c.tensor("top_log_probs", top_log_probs, ["f32"], ["B", "D", "K"])
-    p.top_token_ids = c.tensor("top_token_ids", top_token_ids, ["i64"], ["B", "D", "K"])
-    p.root_token_ids = c.tensor("root_token_ids", root_token_ids, ["i64"], ["B"])
-    p.budget = c.tensor("budget", budget, ["i32"], ["B"])
-    p.depth_limit = c.tensor("depth_limit", depth_limit, ["i32"], ["B"])
-    p.q = c.tensor("q", q, ["f32", "bf16"], ["B", "T", "H", "Dqk"])
-    dt = _float_dtype(c, q)
-    p.kv_cache = c.tensor("kv_cache", kv_cache, [dt], ["B", "S", "Dqk"])
-    p.prefix_len = c.tensor("prefix_len", prefix_len, ["i32"], ["B"])
-    p.target_predict = c.tensor("target_predict", target_predict, ["i64"], ["B", "T"])
-    if c.dims["T"] < 1:
-        raise ValueError(f"{op}: q: T = 0 slots (T = max_budget + 1 >= 1)")
-    _max_budget(op, c.dims["T"] - 1)
-    scale = c.float_scalar("sm_scale", sm_scale)
-    dv = c.int_scalar("d_v", d_v)
-    _check_d_v(c, dv)
-    keys = _check_lengths(c, prefix_len, None)
-    c.dims["d_v"] = dv
-    B, T, H, Dqk = c.dims["B"], c.dims["T"], c.dims["H"], c.dims["Dqk"]
-    limits.check_output_bytes(limits.greedy_step_output_bytes(B, T, H, dv),
-                              f"{op}: {'max_budget' if max_budget is not None else 'q'}",
-                              f"B = {B}, T = max_budget + 1 = {T}, H = {H}, d_v = {dv}")
-    if c.device == "cpu":
-        tree_len_bytes = B * 4  # the [B] tree_len handed from tree_build to verify_attn
-        limits.check_cpu_scratch_bytes(
-            tree_len_bytes + limits.tree_build_cpu_scratch_bytes(T - 1, c.dims["D"], c.dims["K"], False),
-            f"{op}: max_budget", f"tree_build: N = {T - 1}, D = {c.dims['D']}")
-        limits.check_cpu_scratch_bytes(tree_len_bytes + limits.verify_attn_cpu_scratch_bytes(keys, Dqk, dv),
-                                       f"{op}: kv_cache",
-                                       f"verify_attn: L = prefix_len + T = {keys} keys of Dqk = {Dqk}")
-    out = Outputs()
-    for name, dtp, dims in _TREE_BUILD_OUT:
-        out[f"tree_build.{name}"] = c.output(dtp, dims)
-    out["verify_attn.out"] = c.output("f32", ["B", "T", "H", "d_v"])
-    out["verify_attn.lse"] = c.output("f32", ["B", "T", "H"])
-    out["tree_accept.accepted_count"] = c.output("i32", ["B"])
-    out["tree_accept.accepted_path"] = c.output("i32", ["B", "T"])
-    out["tree_accept.proposed"] = c.output("i64", ["B", "T"])
-    out["tree_accept.status"] = c.output("i32", ["B"])
-    tree_len = c.output("i32", ["B"])
-    for name, arr in out.items():
-        setattr(p, name.replace(".", "_"), c.ptr(arr))
-    p.tree_len = c.ptr(tree_len)
-    for d in ("B", "D", "K", "H", "S", "Dqk", "d_v"):
-        setattr(p, d, c.dims[d])
-    p.N = c.dims["T"] - 1
-    p.sm_scale = scale
-    p.dtype = _DTYPE_BF16 if dt == "bf16" else _DTYPE_F32
-    p.kernel = code
-    c.run(L, p)
-    out.kernel = p.kernel_ran.decode() if p.kernel_ran else None
-    c.keep.append(tree_len)
-    return out
+    verify_attn stage, as ``kdtr_greedy_step --kernel`` does (device='cuda' only).  Limits:
+    naming max_budget (q when it is not given), kv_cache (device='cpu').
+""" + _COMMON
