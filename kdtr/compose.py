@@ -182,12 +182,14 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def compatible(a: Request, b: Request) -> bool:
+def compatible(a: Request, b: Request, *, ignore: Sequence[str] = ()) -> bool:
     """Whether ``a`` and ``b`` may share one batch: the same op and the same
-    :attr:`Request.scalars` (0-d inputs compared bit for bit)."""
+    :attr:`Request.scalars` (0-d inputs compared bit for bit), except the keys in
+    ``ignore`` (``("max_budget",)``: requests of goldens with other N, which a batch at a
+    common T = N + 1 holds; :func:`t_sensitive` says which of them that changes)."""
     if a.op != b.op or set(a.scalars) != set(b.scalars):
         return False
-    return all(_same(a.scalars[k], b.scalars[k]) for k in a.scalars)
+    return all(_same(a.scalars[k], b.scalars[k]) for k in a.scalars if k not in ignore)
 
 
 def padding_request(op: str, like: Request) -> Request:
@@ -249,7 +251,8 @@ def batch(op: str, reqs: Sequence[Request], *, T: int | None = None, S: int | No
 
     Args:
         op: the op.
-        reqs: the requests, one per batch row (B = len(reqs) >= 1); all compatible.
+        reqs: the requests, one per batch row (B = len(reqs) >= 1); all compatible, but
+            for ``max_budget`` (the batch's is T - 1).
         T: the batch's T (default: the largest own T); at least every request's own T.
             tree_build, greedy_step: metadata ``max_budget`` = T - 1.
         S: the batch's S (verify_attn, greedy_step; default: the smallest that holds every
@@ -276,7 +279,7 @@ def batch(op: str, reqs: Sequence[Request], *, T: int | None = None, S: int | No
     for r in reqs:
         if r.op != op:
             raise ValueError(f"batch: {r.source} is a {r.op} request, not {op}")
-        if not compatible(first, r):
+        if not compatible(first, r, ignore=("max_budget",)):
             raise ValueError(f"batch: {r.source} cannot share a batch with {first.source}: batch-level values differ")
     own_t = max(r.T for r in reqs)
     t = own_t if T is None else int(T)

@@ -176,3 +176,17 @@ def test_padding_mismatch_nan_payload_and_values():
 def _gm(gid):
     g = _golden(gid)
     return g.inputs, g.metadata
+
+
+def test_requests_of_other_n_share_a_batch_at_a_common_t():
+    a = compose.requests("tree_build", *_gm("tree_build/default"))  # N = 64, D = K = 8
+    b = compose.requests("tree_build", *_gm("tree_build/root_only"))  # N = 16, D = K = 8
+    assert not compose.compatible(a[0], b[0])
+    assert compose.compatible(a[0], b[0], ignore=("max_budget",))
+    inputs, meta = compose.batch("tree_build", [b[0], a[0]])
+    assert meta["max_budget"] == 64
+    ref = OPS["tree_build"].reference(inputs, meta)
+    g = _golden("tree_build/default")
+    for name, want in compose.live_outputs("tree_build", g.expected, a)[0].items():
+        assert _bits_equal(np.ascontiguousarray(compose.live_outputs("tree_build", ref, [b[0], a[0]])[1][name]),
+                           np.ascontiguousarray(want)), name
