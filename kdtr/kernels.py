@@ -574,7 +574,8 @@ def _signature(od: _OpDef, arrays: Sequence[Any], torch_kind: bool, n: int | Non
     if op == "greedy_step":
         if dims["T"] < 1:
             raise ValueError(f"{op}: q: T = 0 slots (T = max_budget + 1 >= 1)")
-        n = _max_budget(op, dims["T"] - 1) if n is None else n
+        if n is None:  # from q's T (symbolic under torch.compile's dynamic shapes: left so)
+            n = _max_budget(op, dims["T"] - 1) if type(dims["T"]) is int else dims["T"] - 1
     if n is not None:
         dims["N"] = n
     if d_v is not None:
