@@ -403,4 +403,8 @@ def padding_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str | None
     if not bad.any():
         return None
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
-    return f"{name}{list(idx)}: {got[idx]!r}, documented {want[idx]!r} ({int(bad.sum())} differ)"
+    def show(x: Any) -> str:  # a Python number (bf16 widened), not numpy's repr
+        x = np.asarray(x)
+        return repr(x.item() if x.dtype.kind in "biuf" else float(x))
+
+    return f"{name}{list(idx)}: {show(got[idx])}, documented {show(want[idx])} ({int(bad.sum())} differ)"

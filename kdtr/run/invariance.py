@@ -8,6 +8,7 @@ golden of an invariance case (:attr:`kdtr.run.cases.Case.mode` ``"invariance"``)
 - ``golden``: the golden as it is (its own composition, judged under its contracts);
 - ``alone#i``: each request in a batch of 1;
 - ``reversed``: the requests in reverse order;
+- ``interleaved``: each request one row on (the first last), a padding request after each;
 - ``mixed``: interleaved with the requests of other goldens of the op that may share a batch
   with them (:func:`kdtr.compose.compatible`), when there are any;
 - ``padded T=.. S=..``: at a larger T (and S): the next capture size above T (and above the S
@@ -161,6 +162,9 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
         add(f"alone#{i}", [i])
     if b > 1:
         add("reversed", list(range(b))[::-1])
+    pad = compose.padding_request(op, reqs[0])
+    # every request one row on (the first last), each followed by a padding request
+    add("interleaved", [x for i in [*range(1, b), 0] for x in (i, pad)])
     at_larger_t = [i for i in range(b) if i not in sens]
     if cfg is not None:
         others, used = _other_requests(golden, cfg, reqs[0])
@@ -188,7 +192,6 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
                 need = compose.batch(op, sub, T=t)[0]["kv_cache"].shape[1] if op == "greedy_step" else s_own
                 s = compose.capture_size(need + 1) if t > t_own + 1 else need + 3
             add(f"padded T={t}" + (f" S={s}" if s is not None else ""), list(at_larger_t), T=t, S=s)
-    pad = compose.padding_request(op, reqs[0])
     total = compose.capture_size(2 * b + 1)
     idx2: list[int | compose.Request] = [pad, *range(b), *range(b)]
     idx2 += [pad] * (total - len(idx2))
@@ -197,8 +200,12 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
+    a = np.array(a, copy=True, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else a.view(np.uint8)
+
+
+def _value(x: Any) -> str:
+    return repr(np.asarray(x).item()) if np.asarray(x).dtype.kind in "biuf" else repr(float(np.asarray(x)))
 
 
 def _first_diff(a: np.ndarray, b: np.ndarray) -> str | None:
@@ -213,7 +220,7 @@ def _first_diff(a: np.ndarray, b: np.ndarray) -> str | None:
         return None
     i = tuple(int(x) for x in np.argwhere(bad)[0]) if bad.ndim else ()
     w = 2 * a.dtype.itemsize
-    return (f"at {list(i)}: {a[i]!r} (0x{int(ua[i]):0{w}x}) vs {b[i]!r} (0x{int(ub[i]):0{w}x}); "
+    return (f"at {list(i)}: {_value(a[i])} (0x{int(ua[i]):0{w}x}) vs {_value(b[i])} (0x{int(ub[i]):0{w}x}); "
             f"{int(bad.sum())} of {bad.size} elements differ")
 
 
