@@ -22,12 +22,27 @@
  * (dims >= 0 and within the kernels' bounds, non-null pointers of non-empty tensors, enum
  * values, d_v in [1, Dqk]); the CPU entries also check the per-request lengths that
  * verify_attn trusts (prefix_len >= 0, tree_len in [0, T], prefix_len + tree_len <= S;
- * greedy_step: prefix_len + T <= S).  The CUDA entries cannot read device memory without a
- * copy: there the caller guarantees those lengths (kdtr.kernels checks them).
+ * greedy_step: prefix_len + T <= S) and return KDTR_ERR_INVALID_ARGUMENT naming the
+ * request.  The CUDA entries cannot read device memory without a copy: there the kernel
+ * checks each request's lengths on the device, before any load of that request (the same
+ * rules; greedy_step's verify_attn stage: prefix_len + T <= S), and a request that fails
+ * has every element of its out and lse (greedy_step: verify_attn_out, verify_attn_lse)
+ * written quiet NaN, nothing of its q / kv_cache read, and is recorded in the device's
+ * error record, which kdtr_device_errors() reads; the entry itself returns KDTR_OK.
+ *
+ * The CUDA entries do nothing per call that synchronizes, allocates or copies: device
+ * attributes, shared-memory limits (cudaFuncSetAttribute) and the record's address are
+ * asked once per device and cached for the process's life (a process that calls
+ * cudaDeviceReset must not call them again).  Each is legal while `stream` is being
+ * captured (cudaStreamBeginCapture, any mode), its first call on a device included, and
+ * the captured graph may be replayed with new data in the same buffers (lengths checked
+ * on every replay).  The stream must belong to the current device.
  *
  * C-compatible (C99 and C++).  The ABI version (KDTR_ABI_VERSION, kdtr_abi_version())
- * changes whenever a struct or an entry changes; kdtr_params_size(op) is sizeof the op's
- * struct, for bindings that mirror the structs (kdtr/kernels.py checks both at load).
+ * changes whenever a struct or an existing entry changes; an entry added to the library
+ * (kdtr_device_errors, ABI version 2) leaves it as it is: bindings look such an entry up
+ * by name.  kdtr_params_size(op) is sizeof the op's struct, for bindings that mirror the
+ * structs (kdtr/kernels.py checks both at load).
  */
 #ifndef KDTR_KERNELS_H
 #define KDTR_KERNELS_H
@@ -87,6 +102,21 @@ KDTR_API int64_t kdtr_params_size(const char* op);
 KDTR_API const char* kdtr_describe(const char* op);
 /* The message of the calling thread's last failed call ("" after a success). */
 KDTR_API const char* kdtr_last_error(void);
+
+/* The device error record of `device` (< 0: the current device): returns how many
+ * failing requests the CUDA entries' device-side length checks recorded there since the
+ * last clear (0: none; capped at INT32_MAX), and writes the first one's message, e.g.
+ * "verify_attn: request 3: prefix_len 100 + tree_len 9 exceeds the cache rows S = 64" (the
+ * CPU entries' message for the same lengths; greedy_step: "greedy_step: request 3:
+ * prefix_len 100 + T 9 exceeds ..."), into message (NUL-terminated, truncated to size
+ * bytes; "" when none; nothing when message is NULL or size <= 0).  clear != 0 resets the
+ * record after reading it.  It synchronizes that device first (cudaDeviceSynchronize: the
+ * one call of the library that does), so it is never called inside a stream capture; the
+ * caller's current device is restored.  A CUDA error (an invalid device, an earlier
+ * kernel's fault, no driver) returns -KDTR_ERR_CUDA with the error's name and string in
+ * message and kdtr_last_error().  The CPU-only build returns 0 and "": nothing of it runs
+ * on a device. */
+KDTR_API int kdtr_device_errors(int device, int clear, char* message, int64_t size);
 
 KDTR_API int kdtr_tree_build_cpu(kdtr_tree_build_params* p);
 KDTR_API int kdtr_tree_build_cuda(kdtr_tree_build_params* p, void* stream);

@@ -25,6 +25,7 @@
 // set (tree_select_set_bytes(tree_select_capacity(N))) and the widened rows (D * K
 // doubles) in the same bytes; for T <= 128 the parents row and the T x T block after them.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
@@ -362,7 +363,40 @@ size_t tree_build_smem_bytes(int64_t N, int64_t D, int64_t K, int32_t kernel) {
   return build_launch(N, D, K, kernel).smem;
 }
 
+// Per-device cache of what tree_build_smem_available and tree_build_configure ask the
+// runtime (devices >= kCacheDevices are asked every time): a launch through
+// tree_build_choose does nothing slow, synchronizing or capture-unsafe after its first
+// call on a device.  Index [device][select].
+namespace {
+
+constexpr int kCacheDevices = 64;
+std::atomic<int64_t> g_smem_available[kCacheDevices][2];   // bytes + 1; 0: not asked yet
+std::atomic<int64_t> g_smem_configured[kCacheDevices][2];  // the limit set (both instances); 0: none
+
+int cache_index(int device) { return device >= 0 && device < kCacheDevices ? device : -1; }
+
+cudaError_t smem_available_uncached(int device, int32_t kernel, size_t* bytes);
+
+}  // namespace
+
 cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes) {
+  const int d = cache_index(device), k = kernel == TREE_BUILD_KERNEL_SELECT ? 1 : 0;
+  if (d >= 0) {
+    const int64_t v = g_smem_available[d][k].load(std::memory_order_acquire);
+    if (v > 0) {
+      *bytes = static_cast<size_t>(v - 1);
+      return cudaSuccess;
+    }
+  }
+  const cudaError_t err = smem_available_uncached(device, kernel, bytes);
+  if (err == cudaSuccess && d >= 0)
+    g_smem_available[d][k].store(static_cast<int64_t>(*bytes) + 1, std::memory_order_release);
+  return err;
+}
+
+namespace {
+
+cudaError_t smem_available_uncached(int device, int32_t kernel, size_t* bytes) {
   int optin = 0;
   cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
@@ -379,12 +413,31 @@ cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes)
   return cudaSuccess;
 }
 
+}  // namespace
+
+// The limit is only raised: a limit set earlier on this device at or above smem_bytes
+// already allows the launch (the attribute bounds the dynamic shared memory a launch may
+// ask; each launch asks its own tree_build_smem_bytes).
 cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
   if (smem_bytes > static_cast<size_t>(0x7fffffff)) return cudaErrorInvalidValue;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const int d = cache_index(device), k = kernel == TREE_BUILD_KERNEL_SELECT ? 1 : 0;
+  if (d >= 0) {
+    const int64_t have = g_smem_configured[d][k].load(std::memory_order_acquire);
+    if (have > 0 && have >= static_cast<int64_t>(smem_bytes)) return cudaSuccess;
+  }
   for (int64_t N : {int64_t{1}, kSmallN + 1}) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        build_launch(N, 1, 1, kernel).fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    err = cudaFuncSetAttribute(build_launch(N, 1, 1, kernel).fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem_bytes));
     if (err != cudaSuccess) return err;
+  }
+  if (d >= 0) {
+    int64_t have = g_smem_configured[d][k].load(std::memory_order_acquire);
+    const int64_t want = static_cast<int64_t>(smem_bytes) > 0 ? static_cast<int64_t>(smem_bytes) : 1;
+    while (have < want && !g_smem_configured[d][k].compare_exchange_weak(have, want, std::memory_order_acq_rel)) {
+    }
   }
   return cudaSuccess;
 }

@@ -36,6 +36,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -105,7 +106,7 @@ struct Cfg {
 
 template <class In, int NJ>
 __global__ void __launch_bounds__(kThreads, 1)
-    verify_attn_simt_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req) {
+    verify_attn_simt_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req, VerifyAttnCheck chk) {
   const In* __restrict__ q = static_cast<const In*>(prm.q);
   const In* __restrict__ kv = static_cast<const In*>(prm.kv_cache);
   const int32_t* __restrict__ prefix_len = prm.prefix_len;
@@ -131,9 +132,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int vbase = static_cast<int>(blockIdx.y) * C::kDVT;  // first value column of this block
   const int M = T * H;
   const int pl = prefix_len[b], tl = tree_len[b];
-  const int valid_rows = tl * H, L = pl + tl;
   const int64_t row_base = static_cast<int64_t>(b) * M;
   const int ncols = min(C::kDVT, d_v - vbase);
+  // The lengths first (verify_attn_launch.h): nothing of a failing request is read.
+  if (!request_ok(chk, pl, tl, prm.T, prm.S, b, out, lse, row_base, m0, min(kBM, M - m0), d_v, vbase, ncols,
+                  blockIdx.y == 0, m0 == 0 && blockIdx.y == 0))
+    return;
+  const int valid_rows = tl * H, L = pl + tl;
   if (m0 >= valid_rows) {
     write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, vbase, ncols, blockIdx.y == 0);
     return;
@@ -448,7 +453,7 @@ struct Cfg {
 
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
-    verify_attn_mma_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req) {
+    verify_attn_mma_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req, VerifyAttnCheck chk) {
   const uint16_t* __restrict__ q = static_cast<const uint16_t*>(prm.q);
   const uint16_t* __restrict__ kv = static_cast<const uint16_t*>(prm.kv_cache);
   const int32_t* __restrict__ prefix_len = prm.prefix_len;
@@ -466,8 +471,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
   const int M = T * H;
   const int pl = prefix_len[b], tl = tree_len[b];
-  const int valid_rows = tl * H, L = pl + tl;
   const int64_t row_base = static_cast<int64_t>(b) * M;
+  // The lengths first (verify_attn_launch.h): nothing of a failing request is read.
+  if (!request_ok(chk, pl, tl, prm.T, prm.S, b, out, lse, row_base, m0, min(kBM, M - m0), d_v, 0, d_v, true, m0 == 0))
+    return;
+  const int valid_rows = tl * H, L = pl + tl;
   if (m0 >= valid_rows) {
     write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, 0, d_v, true);
     return;
@@ -694,6 +702,83 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace mma
 
 // ---------------------------------------------------------------------------------------
+// The device error record and the check-only kernel
+// ---------------------------------------------------------------------------------------
+
+// One per device (each context loads its own copy of the module), zero at load.
+__device__ DeviceErrorRecord g_device_errors;
+
+// The length check alone, one thread per request: for launches with no out rows (T * H ==
+// 0), which launch no attention block, so that a failing request is still recorded.
+__global__ void __launch_bounds__(kThreads)
+    verify_attn_check_kernel(const __grid_constant__ VerifyAttnProblem prm, VerifyAttnCheck chk) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (b >= prm.B) return;
+  const int32_t pl = prm.prefix_len[b], tl = prm.tree_len[b];
+  const int32_t field = length_fault(pl, tl, prm.T, prm.S, chk.rule);
+  if (field != 0) record_fault(chk, field, b, pl, tl, prm.T, prm.S);
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-device cache: what the host asks the runtime once per device (device attributes,
+// the shared-memory limits set, the record's address), so that a launch does nothing
+// slow, synchronizing or capture-unsafe.  Devices >= kCacheDevices are asked every time.
+// ---------------------------------------------------------------------------------------
+
+constexpr int kCacheDevices = 64;
+
+struct DeviceCache {
+  std::atomic<int> attrs_ready{0};
+  std::atomic<int> major{0}, minor{0}, optin{0};
+  std::atomic<uint32_t> configured{0};  // bit id: instance id's shared-memory limit set
+  std::atomic<DeviceErrorRecord*> record{nullptr};
+};
+DeviceCache g_device_cache[kCacheDevices];
+
+DeviceCache* device_cache(int device) {
+  return device >= 0 && device < kCacheDevices ? &g_device_cache[device] : nullptr;
+}
+
+struct DeviceAttrs {
+  int major, minor, optin;
+};
+
+cudaError_t device_attrs(int device, DeviceAttrs* a) {
+  DeviceCache* c = device_cache(device);
+  if (c != nullptr && c->attrs_ready.load(std::memory_order_acquire)) {
+    *a = {c->major.load(std::memory_order_relaxed), c->minor.load(std::memory_order_relaxed),
+          c->optin.load(std::memory_order_relaxed)};
+    return cudaSuccess;
+  }
+  cudaError_t err;
+  if ((err = cudaDeviceGetAttribute(&a->major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&a->minor, cudaDevAttrComputeCapabilityMinor, device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&a->optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) != cudaSuccess)
+    return err;
+  if (c != nullptr) {
+    c->major.store(a->major, std::memory_order_relaxed);
+    c->minor.store(a->minor, std::memory_order_relaxed);
+    c->optin.store(a->optin, std::memory_order_relaxed);
+    c->attrs_ready.store(1, std::memory_order_release);
+  }
+  return cudaSuccess;
+}
+
+// The current device's record (its address in that device's copy of the module).
+cudaError_t device_record(DeviceErrorRecord** rec) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  DeviceCache* c = device_cache(device);
+  if (c != nullptr && (*rec = c->record.load(std::memory_order_acquire)) != nullptr) return cudaSuccess;
+  void* addr = nullptr;
+  if ((err = cudaGetSymbolAddress(&addr, g_device_errors)) != cudaSuccess) return err;
+  *rec = static_cast<DeviceErrorRecord*>(addr);
+  if (c != nullptr) c->record.store(*rec, std::memory_order_release);
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------
 // Instances and host launcher
 // ---------------------------------------------------------------------------------------
 
@@ -772,12 +857,9 @@ int wgmma_instance(const VerifyAttnProblem& p, int device, cudaError_t* err) {
   *err = cudaSuccess;
 #if defined(KDTR_HAVE_WGMMA)
   if (!sm90::wgmma_fits(p)) return 0;
-  int major = 0, minor = 0, optin = 0;
-  if ((*err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess ||
-      (*err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device)) != cudaSuccess ||
-      (*err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) != cudaSuccess)
-    return 0;
-  if (major != 9 || minor != 0 || sm90::wgmma_smem_bytes() > static_cast<size_t>(optin)) return 0;
+  DeviceAttrs a{};
+  if ((*err = device_attrs(device, &a)) != cudaSuccess) return 0;
+  if (a.major != 9 || a.minor != 0 || sm90::wgmma_smem_bytes() > static_cast<size_t>(a.optin)) return 0;
   return kWgmma;
 #else
   (void)p;
@@ -810,10 +892,10 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
     else if (p.Dqk <= 576 && p.d_v <= 512) mma_id = kMmaD576V512;
   }
   if (mma_id != 0) {
-    int optin = 0;
-    const cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    DeviceAttrs a{};
+    const cudaError_t err = device_attrs(device, &a);
     if (err != cudaSuccess) return err;
-    if (instance_info(mma_id).smem > static_cast<size_t>(optin)) mma_id = 0;
+    if (instance_info(mma_id).smem > static_cast<size_t>(a.optin)) mma_id = 0;
   }
   int wgmma_id = 0;
   if (requested == VerifyAttnKernel::Wgmma || requested == VerifyAttnKernel::Auto) {
@@ -854,10 +936,10 @@ cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAtt
     const std::string got = std::string(p.dtype == KDTR_DTYPE_BF16 ? "bf16" : "f32") + ", Dqk " +
                             std::to_string(p.Dqk) + ", d_v " + std::to_string(p.d_v);
     if (requested == VerifyAttnKernel::Wgmma) {
-      int major = 0, minor = 0;
-      cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+      DeviceAttrs a{};
+      const cudaError_t err = device_attrs(device, &a);
       if (err != cudaSuccess) return err;
+      const int major = a.major, minor = a.minor;
       *why =
           "--kernel wgmma needs bf16 inputs with Dqk % 8 == 0, Dqk <= 576, d_v <= 512, enough shared memory, a "
           "compute capability 9.0 device and a build with the Hopper kernel (got " +
@@ -876,28 +958,74 @@ cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAtt
 }
 
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan) {
+  if (plan.instance < kSimtF32Nj1 || plan.instance > kWgmma) return cudaErrorInvalidValue;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  DeviceCache* c = device_cache(device);
+  const uint32_t bit = 1u << plan.instance;
+  if (c != nullptr && (c->configured.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  DeviceErrorRecord* rec = nullptr;  // the record's address too, so that a launch after this asks nothing
+  if ((err = device_record(&rec)) != cudaSuccess) return err;
 #if defined(KDTR_HAVE_WGMMA)
-  if (plan.instance == kWgmma) return sm90::wgmma_configure();
+  if (plan.instance == kWgmma) {
+    err = sm90::wgmma_configure();
+  } else
 #endif
-  const InstanceInfo info = instance_info(plan.instance);
-  if (info.fn == nullptr) return cudaErrorInvalidValue;
-  return cudaFuncSetAttribute(info.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(info.smem));
+  {
+    const InstanceInfo info = instance_info(plan.instance);
+    if (info.fn == nullptr) return cudaErrorInvalidValue;
+    err = cudaFuncSetAttribute(info.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(info.smem));
+  }
+  if (err == cudaSuccess && c != nullptr) c->configured.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
 }
 
-cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream) {
+cudaError_t device_errors(int device, bool clear, DeviceErrorRecord* out) {
+  if (out == nullptr) return cudaErrorInvalidValue;
+  int prev = 0;
+  cudaError_t err = cudaGetDevice(&prev);
+  if (err != cudaSuccess) return err;
+  if (device < 0) device = prev;
+  if (device != prev && (err = cudaSetDevice(device)) != cudaSuccess) return err;
+  err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaMemcpyFromSymbol(out, g_device_errors, sizeof *out);
+  if (err == cudaSuccess && clear) {
+    const DeviceErrorRecord zero{};
+    err = cudaMemcpyToSymbol(g_device_errors, &zero, sizeof zero);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  }
+  if (device != prev) {
+    const cudaError_t back = cudaSetDevice(prev);
+    if (err == cudaSuccess) err = back;
+  }
+  return err;
+}
+
+cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream,
+                               VerifyAttnRule rule) {
+  if (p.B < 0 || p.T < 0 || p.H < 0) return cudaErrorInvalidValue;
+  if (p.B == 0) return cudaSuccess;
+  VerifyAttnCheck chk{nullptr, static_cast<int32_t>(rule)};
+  cudaError_t err = device_record(&chk.record);
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = ceil_div(p.T * p.H, kBM);
+  if (tiles == 0) {  // no out rows: the length check alone
+    if (ceil_div(p.B, kThreads) > 0x7fffffffLL) return cudaErrorInvalidValue;
+    verify_attn_check_kernel<<<static_cast<unsigned>(ceil_div(p.B, kThreads)), kThreads, 0, stream>>>(p, chk);
+    return cudaGetLastError();
+  }
 #if defined(KDTR_HAVE_WGMMA)
-  if (plan.instance == kWgmma) return p.B == 0 || p.T * p.H == 0 ? cudaSuccess : sm90::launch_wgmma(p, stream);
+  if (plan.instance == kWgmma) return sm90::launch_wgmma(p, chk, stream);
 #endif
   const InstanceInfo info = instance_info(plan.instance);
   if (info.fn == nullptr) return cudaErrorInvalidValue;
-  const int64_t tiles = ceil_div(p.T * p.H, kBM);
-  if (p.B == 0 || tiles == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(p.B * tiles),
                   info.dvt > 0 ? static_cast<unsigned>(ceil_div(p.d_v, info.dvt)) : 1u);
   const int tpr = static_cast<int>(tiles);
   const size_t smem = info.smem;
   // Each kernel takes the op's struct by value (kernel parameter space) and its tiles per request.
-#define KDTR_VA_ARGS p, tpr
+#define KDTR_VA_ARGS p, tpr, chk
   switch (plan.instance) {
     case kSimtF32Nj1: simt::verify_attn_simt_kernel<float, 1><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     case kSimtF32Nj2: simt::verify_attn_simt_kernel<float, 2><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;

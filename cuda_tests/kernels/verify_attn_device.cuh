@@ -23,8 +23,17 @@
 #include <cstdint>
 
 #include "verify_attn.cuh"
+#include "verify_attn_launch.h"  // DeviceErrorRecord, VerifyAttnRule
 
 namespace kdtr {
+
+// The length check's argument of every verify_attn kernel (verify_attn_launch.h, "The
+// device-side length check"): the device's error record and the launch's rule.
+struct VerifyAttnCheck {
+  DeviceErrorRecord* record;  // never null in a launch of launch_verify_attn
+  int32_t rule;               // VerifyAttnRule
+};
+
 namespace va_device {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
@@ -53,15 +62,68 @@ __device__ __forceinline__ RowResult finish_row(float l, bool row_valid, int pl,
   return {false, false};
 }
 
-// Rows [row0, row0 + nrows) of out (columns [col0, col0 + ncols)) and lse: 0 and -inf.
-__device__ __forceinline__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0,
-                                                   int nrows, int d_v, int col0, int ncols, bool with_lse) {
+// Rows [row0, row0 + nrows) of out (columns [col0, col0 + ncols)) and lse: out_value and
+// lse_value.
+__device__ __forceinline__ void write_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0, int nrows,
+                                           int d_v, int col0, int ncols, bool with_lse, float out_value,
+                                           float lse_value) {
   for (int idx = threadIdx.x; idx < nrows * ncols; idx += blockDim.x) {
     const int r = idx / ncols, c = idx - r * ncols;
-    out[(row0 + r) * d_v + col0 + c] = 0.0f;
+    out[(row0 + r) * d_v + col0 + c] = out_value;
   }
   if (with_lse)
-    for (int r = threadIdx.x; r < nrows; r += blockDim.x) lse[row0 + r] = neg_inf();
+    for (int r = threadIdx.x; r < nrows; r += blockDim.x) lse[row0 + r] = lse_value;
+}
+
+// Padding rows (and a block's rows with no visible key beyond tree_len): 0 and -inf.
+__device__ __forceinline__ void write_padding_rows(float* __restrict__ out, float* __restrict__ lse, int64_t row0,
+                                                   int nrows, int d_v, int col0, int ncols, bool with_lse) {
+  write_rows(out, lse, row0, nrows, d_v, col0, ncols, with_lse, 0.0f, neg_inf());
+}
+
+// The length check of one request (64-bit: any int32 lengths, INT32_MIN included): 0 when
+// its lengths are valid under `rule`, else the DeviceErrorField that fails first (in the
+// order of the CPU entries' checks).  Under VerifyAttn, 0 exactly where
+// verify_attn_lengths_ok holds.
+__device__ __forceinline__ int32_t length_fault(int64_t pl, int64_t tl, int64_t T, int64_t S, int32_t rule) {
+  if (pl < 0) return kDeviceErrorPrefixLen;
+  if (tl < 0 || tl > T) return kDeviceErrorTreeLen;
+  const int64_t rows = rule == static_cast<int32_t>(VerifyAttnRule::GreedyStep) ? T : tl;
+  if (pl > S - rows) return kDeviceErrorCacheRows;
+  return 0;
+}
+
+// Counts failing request b in the record; the first to claim it (count 0 -> 1) writes its
+// details.  One call per failing request (its first block's thread 0).
+__device__ __forceinline__ void record_fault(const VerifyAttnCheck& chk, int32_t field, int64_t b, int64_t pl,
+                                             int64_t tl, int64_t T, int64_t S) {
+  DeviceErrorRecord* const r = chk.record;
+  if (r == nullptr) return;
+  if (atomicAdd(&r->count, 1ull) != 0ull) return;
+  r->op = chk.rule;
+  r->field = field;
+  r->request = b;
+  r->prefix_len = pl;
+  r->tree_len = tl;
+  r->T = T;
+  r->S = S;
+  __threadfence();
+}
+
+// A block's length check before any load of its request: false (and its part of out and
+// lse written NaN, the request recorded by its first block) when the lengths fail.  The
+// block's rows are [m0, m0 + nrows) of the request's M = T*H (global row row_base + m),
+// columns [col0, col0 + ncols); first: whether this is the request's first block (m0 == 0,
+// blockIdx.y == 0), which writes lse too and records.
+__device__ __forceinline__ bool request_ok(const VerifyAttnCheck& chk, int32_t pl, int32_t tl, int64_t T, int64_t S,
+                                           int64_t b, float* __restrict__ out, float* __restrict__ lse,
+                                           int64_t row_base, int m0, int nrows, int d_v, int col0, int ncols,
+                                           bool with_lse, bool first) {
+  const int32_t field = length_fault(pl, tl, T, S, chk.rule);
+  if (field == 0) return true;
+  if (first && threadIdx.x == 0) record_fault(chk, field, b, pl, tl, T, S);
+  write_rows(out, lse, row_base + m0, nrows, d_v, col0, ncols, with_lse, quiet_nan(), quiet_nan());
+  return false;
 }
 
 // The two query rows a thread holds in a 16-row band of an m16 (mma.sync) or m64

@@ -59,11 +59,54 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
 // error is the CUDA runtime's.
 cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAttnPlan* plan, std::string* why);
 
-// Raise the plan's kernel's dynamic shared-memory limit (call once before launching).
+// Raise the plan's kernel's dynamic shared-memory limit on the current device (once per
+// device and instance: later calls return at once; cached for the process's life, so a
+// process that calls cudaDeviceReset must not launch again).
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan);
 
-// Enqueue the plan's kernel on `stream` (one launch; B == 0 launches nothing).  Returns
-// the launch error (cudaGetLastError()); does not synchronize.
-cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream);
+// ---------------------------------------------------------------------------------------
+// The device-side length check (docs/binaries.md, "Device-side checks")
+// ---------------------------------------------------------------------------------------
+//
+// Every verify_attn kernel checks its request's lengths on the device, before any load of
+// that request: prefix_len >= 0, tree_len in [0, T] and the cache rows, under the launch's
+// rule: VerifyAttn prefix_len + tree_len <= S (verify_attn_lengths_ok), GreedyStep (the
+// chain's verify_attn stage) prefix_len + T <= S, the greedy_step op's own rule.  A request
+// that fails has every element of its out and lse rows written quiet NaN, none of its q,
+// kv_cache or visibility read, and is counted in the device error record of its device;
+// the first one recorded since the last clear keeps its op, request, field and lengths
+// (atomic: the first to claim the record wins; of several failing requests of one launch,
+// any may be that one).
+enum class VerifyAttnRule : int32_t { VerifyAttn = 1, GreedyStep = 2 };
+
+// Which check failed (DeviceErrorRecord::field).
+enum DeviceErrorField : int32_t {
+  kDeviceErrorPrefixLen = 1,  // prefix_len < 0
+  kDeviceErrorTreeLen = 2,    // tree_len outside [0, T]
+  kDeviceErrorCacheRows = 3,  // prefix_len + tree_len (GreedyStep: + T) > S
+};
+
+// The device error record (one per device, in the verify_attn kernels' module; zero at
+// load).  Written by the kernels, read by device_errors.
+struct DeviceErrorRecord {
+  unsigned long long count;                     // failing requests since the last clear
+  int32_t op;                                   // the first's VerifyAttnRule
+  int32_t field;                                // the first's DeviceErrorField
+  int64_t request, prefix_len, tree_len, T, S;  // the first's request index and lengths
+};
+
+// Copies `device`'s record to *out (device < 0: the current device), first synchronizing
+// that device (cudaDeviceSynchronize: the one call here that does); clear zeroes it after
+// the copy (and synchronizes again).  The caller's current device is restored.  Returns
+// the first CUDA error (an earlier kernel's fault included).  Never call it while a stream
+// capture is under way.
+cudaError_t device_errors(int device, bool clear, DeviceErrorRecord* out);
+
+// Enqueue the plan's kernel on `stream` (one launch; B == 0 launches nothing; T * H == 0
+// launches only the length check, one thread per request).  `rule`: the length check's
+// (above).  Returns the launch error (cudaGetLastError()); does not synchronize, allocate
+// or copy, and is legal during stream capture.
+cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream,
+                               VerifyAttnRule rule = VerifyAttnRule::VerifyAttn);
 
 }  // namespace kdtr

@@ -151,7 +151,7 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, const FA& a, const FB& b, FC& 
 template <class TmaKV>
 __global__ void __launch_bounds__(kThreads, 1)
     verify_attn_wgmma_kernel(CUTE_GRID_CONSTANT TmaKV const tma_kv, const __grid_constant__ VerifyAttnProblem prm,
-                             int tiles_per_req) {
+                             int tiles_per_req, VerifyAttnCheck chk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint16_t* __restrict__ q = static_cast<const uint16_t*>(prm.q);
   const uint16_t* __restrict__ kv = static_cast<const uint16_t*>(prm.kv_cache);
@@ -171,8 +171,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
   const int M = T * H;
   const int pl = prefix_len[b], tl = tree_len[b];
-  const int valid_rows = tl * H, L = pl + tl;
   const int64_t row_base = static_cast<int64_t>(b) * M;
+  // The lengths first (verify_attn_launch.h): nothing of a failing request is read.
+  if (!request_ok(chk, pl, tl, prm.T, prm.S, b, out, lse, row_base, m0, min(kBM, M - m0), d_v, 0, d_v, true, m0 == 0))
+    return;
+  const int valid_rows = tl * H, L = pl + tl;
   if (m0 >= valid_rows) {
     write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, 0, d_v, true);
     return;
@@ -484,14 +487,14 @@ cudaError_t wgmma_configure() {
                               static_cast<int>(kSmemBytes));
 }
 
-cudaError_t launch_wgmma(const VerifyAttnProblem& p, cudaStream_t stream) {
+cudaError_t launch_wgmma(const VerifyAttnProblem& p, const VerifyAttnCheck& chk, cudaStream_t stream) {
   const int64_t tiles = (p.T * p.H + kBM - 1) / kBM;
   if (p.B == 0 || tiles == 0) return cudaSuccess;
   if (!wgmma_fits(p) || tiles > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
   const int S = static_cast<int>(p.S), Dqk = static_cast<int>(p.Dqk), B = static_cast<int>(p.B);
   const TmaKV tma = make_kv_tma(p.kv_cache, S, Dqk, B);
   verify_attn_wgmma_kernel<TmaKV>
-      <<<static_cast<unsigned>(p.B * tiles), kThreads, kSmemBytes, stream>>>(tma, p, static_cast<int>(tiles));
+      <<<static_cast<unsigned>(p.B * tiles), kThreads, kSmemBytes, stream>>>(tma, p, static_cast<int>(tiles), chk);
   return cudaGetLastError();
 }
 

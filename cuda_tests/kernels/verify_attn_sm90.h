@@ -13,6 +13,10 @@
 #include "verify_attn_params.h"  // VerifyAttnProblem
 
 namespace kdtr {
+struct VerifyAttnCheck;  // verify_attn_device.cuh
+}
+
+namespace kdtr {
 namespace sm90 {
 
 // Whether the wgmma kernel computes `p` (bf16 inputs, Dqk % 8 == 0, Dqk <= 576,
@@ -26,8 +30,9 @@ const char* wgmma_name();
 // Raise the kernel's dynamic shared-memory limit (once per device before launching).
 cudaError_t wgmma_configure();
 
-// Enqueue the kernel for `p` (device pointers; lengths already valid) on `stream`.
-cudaError_t launch_wgmma(const VerifyAttnProblem& p, cudaStream_t stream);
+// Enqueue the kernel for `p` (device pointers; each request's lengths checked on the
+// device under chk, verify_attn_launch.h) on `stream`.
+cudaError_t launch_wgmma(const VerifyAttnProblem& p, const VerifyAttnCheck& chk, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace kdtr

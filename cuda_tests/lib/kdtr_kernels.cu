@@ -155,21 +155,43 @@ const VerifyAttnProblem& verify_attn_checked(const kdtr_verify_attn_params* c, c
   return *c;
 }
 
+// Which length check fails (the same codes as the device record's, verify_attn_launch.h).
+enum LengthField : int32_t { kLengthOk = 0, kPrefixLen = 1, kTreeLen = 2, kCacheRows = 3 };
+
+// The message of a failed length check, the same for the CPU entries' host check and the
+// CUDA entries' device record: request b of `op`, lengths pl and tl (chain: the chain's
+// rule prefix_len + T <= S, tl == T), T slots, S cache rows.
+std::string length_message(const char* op, int64_t b, int32_t field, int64_t pl, int64_t tl, int64_t T, int64_t S,
+                           bool chain) {
+  const std::string req = std::string(op) + ": request " + std::to_string(b) + ": ";
+  if (field == kPrefixLen) return req + "prefix_len " + std::to_string(pl) + " is negative";
+  if (field == kTreeLen)
+    return req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]";
+  return req + "prefix_len " + std::to_string(pl) + " + " +
+         (chain ? "T " + std::to_string(T) : "tree_len " + std::to_string(tl)) +
+         " exceeds the cache rows S = " + std::to_string(S);
+}
+
 // The lengths verify_attn trusts (host memory): prefix_len >= 0, tree_len in [0, T] (or
 // the chain's T when tree_len is null), prefix_len + tree_len <= S.
 void attn_lengths(const char* op, const int32_t* prefix_len, const int32_t* tree_len, int64_t B, int64_t T, int64_t S) {
   for (int64_t b = 0; b < B; ++b) {
     const int64_t pl = prefix_len[b], tl = tree_len != nullptr ? tree_len[b] : T;
-    const std::string req = std::string(op) + ": request " + std::to_string(b) + ": ";
-    if (pl < 0) fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " is negative");
-    if (tl < 0 || tl > T)
-      fail(KDTR_ERR_INVALID_ARGUMENT,
-           req + "tree_len " + std::to_string(tl) + " is outside [0, T = " + std::to_string(T) + "]");
-    if (!cpu::verify_attn_lengths_ok(pl, tl, T, S))
-      fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len " + std::to_string(pl) + " + " +
-                                          (tree_len != nullptr ? "tree_len " : "T ") + std::to_string(tl) +
-                                          " exceeds the cache rows S = " + std::to_string(S));
+    const int32_t field = pl < 0                                       ? kPrefixLen
+                          : tl < 0 || tl > T                           ? kTreeLen
+                          : !cpu::verify_attn_lengths_ok(pl, tl, T, S) ? kCacheRows
+                                                                       : kLengthOk;
+    if (field != kLengthOk)
+      fail(KDTR_ERR_INVALID_ARGUMENT, length_message(op, b, field, pl, tl, T, S, tree_len == nullptr));
   }
+}
+
+// Copies text into message (size bytes, NUL-terminated, truncated) where there is room.
+void copy_message(const std::string& text, char* message, int64_t size) {
+  if (message == nullptr || size <= 0) return;
+  const size_t n = text.size() < static_cast<size_t>(size - 1) ? text.size() : static_cast<size_t>(size - 1);
+  std::memcpy(message, text.data(), n);
+  message[n] = '\0';
 }
 
 const TreeAcceptParams& tree_accept_checked(const kdtr_tree_accept_params* c, const char* op) {
@@ -328,6 +350,11 @@ VerifyAttnPlan plan_verify_attn(const char* op, const VerifyAttnProblem& p, int3
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
+static_assert(static_cast<int32_t>(kPrefixLen) == static_cast<int32_t>(kDeviceErrorPrefixLen) &&
+                  static_cast<int32_t>(kTreeLen) == static_cast<int32_t>(kDeviceErrorTreeLen) &&
+                  static_cast<int32_t>(kCacheRows) == static_cast<int32_t>(kDeviceErrorCacheRows),
+              "one set of length-check codes for the host check and the device record");
+
 #endif  // KDTR_NO_CUDA
 
 #ifdef KDTR_NO_CUDA
@@ -366,6 +393,37 @@ const char* kdtr_describe(const char* op) {
 }
 
 const char* kdtr_last_error(void) { return g_last_error.c_str(); }
+
+int kdtr_device_errors(int device, int clear, char* message, int64_t size) {
+  g_last_error.clear();
+  copy_message("", message, size);
+#ifdef KDTR_NO_CUDA
+  (void)device;
+  (void)clear;
+  return 0;  // nothing runs on a device: the CPU entries check the lengths on the host
+#else
+  try {
+    DeviceErrorRecord r{};
+    const cudaError_t e = device_errors(device, clear != 0, &r);
+    if (e != cudaSuccess) {
+      g_last_error = std::string("kdtr_device_errors: device ") + std::to_string(device) + ": " + cudaGetErrorName(e) +
+                     ": " + cudaGetErrorString(e);
+      copy_message(g_last_error, message, size);
+      return -KDTR_ERR_CUDA;
+    }
+    if (r.count == 0) return 0;
+    const bool chain = r.op == static_cast<int32_t>(VerifyAttnRule::GreedyStep);
+    copy_message(length_message(chain ? "greedy_step" : "verify_attn", r.request, r.field, r.prefix_len, r.tree_len,
+                                r.T, r.S, chain && r.field == kCacheRows),
+                 message, size);
+    return r.count > 0x7fffffffULL ? 0x7fffffff : static_cast<int>(r.count);
+  } catch (...) {
+    g_last_error = "kdtr_device_errors: internal error";
+    copy_message(g_last_error, message, size);
+    return -KDTR_ERR_INTERNAL;
+  }
+#endif
+}
 
 // ---- CPU backends ----------------------------------------------------------------------
 
@@ -468,7 +526,7 @@ int kdtr_greedy_step_cuda(kdtr_greedy_step_params* c, void* stream) {
     const cudaStream_t s = as_stream(stream);
     cuda_check(op, "launch_tree_build", launch_tree_build(ch.build, s));
     cuda_check(op, "launch_greedy_step_tree_len", launch_greedy_step_tree_len(ch.tree_len, s));
-    cuda_check(op, "launch_verify_attn", launch_verify_attn(ch.attn, plan, s));
+    cuda_check(op, "launch_verify_attn", launch_verify_attn(ch.attn, plan, s, VerifyAttnRule::GreedyStep));
     cuda_check(op, "launch_tree_accept", launch_tree_accept(ch.accept, s));
     return KDTR_OK;
   });
