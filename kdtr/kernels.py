@@ -470,7 +470,7 @@ def _placement(op: str, names: Sequence[str], arrays: Sequence[Any], device: str
 
 
 def _cuda_scalar(op: str, name: str, x: Any) -> None:
-    if getattr(x, "is_cuda", False) or getattr(getattr(x, "device", None), "type", "cpu") not in ("cpu", "meta"):
+    if x.device.type != "cpu":
         raise ValueError(f"{op}: {name}: a tensor on {x.device}; reading it would synchronize the device: pass a "
                          "Python number, a numpy scalar or a CPU tensor")
 
