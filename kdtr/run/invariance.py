@@ -16,7 +16,8 @@ golden of an invariance case (:attr:`kdtr.run.cases.Case.mode` ``"invariance"``)
 - ``dup+pad B=..``: a padding request, every request twice, padding requests up to the
   capture size above 2B + 1,
 
-writes each as an input file under ``cfg.out_dir/invariance/<op>/<config>.<column>/``, runs
+writes each as an input file under ``cfg.out_dir/invariance/<op>/<config>.<backend>[.<kernel>]/``
+(removed again, but for the golden's own output, when the case passes), runs
 the case's binary on all of them in one ``--batch`` process (one process each with
 ``--no-batch``; under a sanitizer, one each again when the batch drew a report, to name the
 composition), forcing the case's kernel, and holds every request's outputs in every
@@ -395,6 +396,13 @@ def _run(case: Case, cfg: RunConfig, res: CaseResult) -> None:
         return
     _judge(case, cfg, res, golden, comps, runs, notes)
     _void_if_changed(res, golden)
+    if res.status in (Status.PASS, Status.NOT_SUPPORTED):  # a failing case keeps its files to look at
+        for r in runs[1:]:
+            for path in (r.inp, r.out):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
 
 
 def _void_if_changed(res: CaseResult, golden: Golden) -> None:
