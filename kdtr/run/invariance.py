@@ -142,10 +142,9 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
     reqs = compose.requests(op, golden.inputs, golden.metadata, source=golden.id)
     b = len(reqs)
     notes: list[str] = []
-    out = [Composition(GOLDEN, list(reqs), list(range(b)), dict(golden.inputs),
-                       compose.batch(op, reqs)[1])]
     if not reqs:
-        return out, ["no requests (B = 0)"]
+        raise ValueError("the golden holds no request (B = 0)")
+    out = [Composition(GOLDEN, list(reqs), list(range(b)), dict(golden.inputs), dict(golden.metadata))]
     t_own = max(r.T for r in reqs)
     sens = [i for i, r in enumerate(reqs) if compose.t_sensitive(r)]
     if sens:
@@ -170,10 +169,9 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
     if cfg is not None:
         others, used = _other_requests(golden, cfg, reqs[0])
         if others:
+            fill = others[:b]
             # requests kept at their own T: only where the mixed batch's T is theirs
-            t_mix = max([t_own] + [r.T for r in others[:b]])
-            mine = list(range(b)) if t_mix == t_own else at_larger_t
-            fill = others[: max(len(mine), 1)]
+            mine = list(range(b)) if max(r.T for r in fill) <= t_own else at_larger_t
             idx: list[int | compose.Request] = []
             for k in range(max(len(mine), len(fill))):
                 if k < len(mine):
@@ -190,7 +188,9 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
         for t in (compose.capture_size(t_own + 1), t_own + 1):
             s = None
             if s_own is not None:
-                need = compose.batch(op, sub, T=t)[0]["kv_cache"].shape[1] if op == "greedy_step" else s_own
+                need = s_own  # greedy_step: its binary wants prefix_len + T <= S
+                if op == "greedy_step":
+                    need = max(need, max(int(r.arrays["prefix_len"]) for r in sub) + t)
                 s = compose.capture_size(need + 1) if t > t_own + 1 else need + 3
             add(f"padded T={t}" + (f" S={s}" if s is not None else ""), list(at_larger_t), T=t, S=s)
     total = compose.capture_size(2 * b + 1)
@@ -436,11 +436,11 @@ def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: l
             return
     base_t, base_md = outputs[0]  # type: ignore[misc]
     reqs = comps[0].rows
+    base_problem = ""
     try:
         base = compose.live_outputs(op, base_t, reqs)
-    except ValueError as exc:
-        _fail(res, Status.ERROR, f"composition 'golden': {exc}")  # the judge below says it better
-        base = None
+    except ValueError as exc:  # an output missing or of another shape: the judge below says which
+        base, base_problem = None, f"composition 'golden': {exc}"
     differ: list[str] = []
     padding: list[str] = []
     if base is not None:
@@ -502,14 +502,14 @@ def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: l
     if forced is not None and "kernel" in v.metadata:
         detail.insert(0, f"ran {v.metadata['kernel']}")
     res.detail = "; ".join(detail)
-    if res.status == Status.ERROR and res.reason:
-        return
     if differ:
         more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
         own = "" if v.status == Status.PASS else f"; the golden's own composition: {v.status}: {v.reason}"
         _fail(res, Status.NOT_INVARIANT, differ[0] + more + own)
     elif v.status != Status.PASS:
         _fail(res, v.status, f"composition 'golden': {v.reason}")
+    elif base_problem:
+        _fail(res, Status.ERROR, base_problem)
     elif padding:
         more = f" (and {len(padding) - 1} more)" if len(padding) > 1 else ""
         _fail(res, Status.MISMATCH, "documented padding values differ: " + padding[0] + more)
