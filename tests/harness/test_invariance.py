@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import fakes
-from kdtr import compose
+from kdtr import children, compose
 from kdtr.judge import Golden
 from kdtr.run import invariance
 from kdtr.run.cases import Case, RunConfig
@@ -54,6 +54,9 @@ for k, (inp, out) in enumerate(pairs):
         os.kill(os.getpid(), 11)
     elif mode == "nosupport" and comp.startswith("padded"):
         rc = 3
+    elif mode == "hang" and comp == "reversed":
+        import time
+        time.sleep(600)
     if rc == 0:
         op = md["op"]
         res = {n: np.array(v) for n, v in OPS[op].reference(inputs, md).items()}
@@ -109,10 +112,11 @@ def _case(gdir: Path, gid: str, backend: str = "cpu", kernel: str | None = None)
     return Case(op, config, gdir / op / f"{config}.kdtr", backend, kernel=kernel, mode="invariance")
 
 
-def _run(tmp_path: Path, gdir: Path, gid: str, env: dict[str, str] | None = None, **kw):
+def _run(tmp_path: Path, gdir: Path, gid: str, env: dict[str, str] | None = None, cfg_kw: dict | None = None, **kw):
     bdir = tmp_path / "bin"
     _fake(bdir, gid.split("/")[0])
-    cfg = RunConfig(golden_dir=gdir, bin_dir=bdir, out_dir=tmp_path / "out", timeout=60)
+    cfg = RunConfig(golden_dir=gdir, bin_dir=bdir, out_dir=tmp_path / "out", **{"timeout": 60, **(cfg_kw or {})})
+    children.reset()  # as run_all does: a run stopped earlier in this process leaves new children killed
     old = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
@@ -243,3 +247,36 @@ def test_not_invariant_fails_the_run_through_the_cli(tmp_path, gid):
     assert cases[f"{gid}@cpu#invariance"]["status"] == "NOT_INVARIANT"
     assert cases[f"{gid}@cpu"]["status"] == "MISMATCH"  # the eager case sees the wrong row 1 too
     assert res.exit_code == 1
+
+
+def test_sanitizer_report_names_the_composition(tmp_path):
+    gdir = _subset(tmp_path, ["tree_accept/root_only"])
+    san = fakes.make_sanitizer(tmp_path / "san")
+    log = tmp_path / "argv.log"
+    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_GPU": "1", "FAKE_SAN_ERR": "004_alone_3.input",
+                                                        "FAKE_INV_LOG": str(log)},
+             {"sanitizer": "memcheck", "sanitizer_bin": str(san)}, backend="cuda")
+    assert r.status == Status.CRASH
+    assert r.reason.startswith("composition 'alone#3': compute-sanitizer memcheck reported errors: ERROR SUMMARY: "
+                               "1 error"), r.reason
+    runs = [eval(ln) for ln in log.read_text().splitlines()]  # noqa: S307 - our own repr lines
+    # the batch, then one process each up to the one that reports (golden, alone#0..3)
+    assert runs[0][0] == "--batch" and [a.count("--input") for a in runs[1:]] == [1] * 5
+
+
+def test_timeout_names_the_composition(tmp_path):
+    gdir = _subset(tmp_path, ["tree_accept/root_only"])
+    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "hang"}, {"timeout": 3})
+    assert r.status == Status.TIMEOUT and r.reason == "composition 'reversed': killed after 3 s", r.reason
+
+
+def test_one_process_per_composition_without_batch(tmp_path):
+    gdir = _subset(tmp_path, ["tree_accept/root_only"])
+    log = tmp_path / "argv.log"
+    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV_LOG": str(log)}, {"batch": False})
+    assert r.status == Status.PASS, r.reason
+    runs = [eval(ln) for ln in log.read_text().splitlines()]  # noqa: S307 - our own repr lines
+    assert len(runs) == 10 and all("--batch" not in a and a.count("--input") == 1 for a in runs)
+    assert r.process == "single"
+    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "b1"}, {"batch": False})
+    assert r.status == Status.NOT_INVARIANT and "'alone#0' (row 0) and 'golden' (row 0)" in r.reason
