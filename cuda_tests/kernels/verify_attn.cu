@@ -985,9 +985,15 @@ cudaError_t device_errors(int device, bool clear, DeviceErrorRecord* out) {
   if (out == nullptr) return cudaErrorInvalidValue;
   int prev = 0;
   cudaError_t err = cudaGetDevice(&prev);
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return err;
+  }
   if (device < 0) device = prev;
-  if (device != prev && (err = cudaSetDevice(device)) != cudaSuccess) return err;
+  if (device != prev && (err = cudaSetDevice(device)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return err;
+  }
   err = cudaDeviceSynchronize();
   if (err == cudaSuccess) err = cudaMemcpyFromSymbol(out, g_device_errors, sizeof *out);
   if (err == cudaSuccess && clear) {
@@ -999,6 +1005,9 @@ cudaError_t device_errors(int device, bool clear, DeviceErrorRecord* out) {
     const cudaError_t back = cudaSetDevice(prev);
     if (err == cudaSuccess) err = back;
   }
+  // Returned above: not left as the thread's last error, which the next launch would
+  // report as its own (a sticky error stays sticky).
+  (void)cudaGetLastError();
   return err;
 }
 

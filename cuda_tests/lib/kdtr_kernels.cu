@@ -314,6 +314,7 @@ GreedyStepStages greedy_step_checked(const kdtr_greedy_step_params* c, const cha
 
 void cuda_check(const char* op, const char* what, cudaError_t e) {
   if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // returned here: not the next call's launch error (a sticky one stays)
   fail(e == cudaErrorNotSupported ? KDTR_ERR_NOT_SUPPORTED : KDTR_ERR_CUDA,
        std::string(op) + ": " + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
