@@ -190,3 +190,43 @@ def test_requests_of_other_n_share_a_batch_at_a_common_t():
     for name, want in compose.live_outputs("tree_build", g.expected, a)[0].items():
         assert _bits_equal(np.ascontiguousarray(compose.live_outputs("tree_build", ref, [b[0], a[0]])[1][name]),
                            np.ascontiguousarray(want)), name
+
+
+def test_requests_refuse_inputs_off_the_spec():
+    g = _golden("verify_attn/small")
+    inputs = dict(g.inputs)
+    del inputs["tree_len"]
+    with pytest.raises(ValueError, match="input 'tree_len' missing"):
+        compose.requests("verify_attn", inputs, g.metadata)
+    inputs = dict(g.inputs, tree_len=np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="dim B = 3, but 2"):
+        compose.requests("verify_attn", inputs, g.metadata)
+    with pytest.raises(ValueError, match="metadata 'max_budget' missing"):
+        tb = _golden("tree_build/ties")
+        compose.requests("tree_build", tb.inputs, {k: v for k, v in tb.metadata.items() if k != "max_budget"})
+    with pytest.raises(ValueError, match="unknown op"):
+        compose.requests("nope", g.inputs, g.metadata)
+
+
+def test_padding_requests_of_tree_accept_and_greedy_step():
+    ta = compose.requests("tree_accept", *_gm("tree_accept/chain"))
+    p = compose.padding_request("tree_accept", ta[0])
+    inputs, meta = compose.batch("tree_accept", [p, ta[0]])
+    assert int(inputs["node_count"][0]) == 0 and int(inputs["node_token_ids"][0, 0]) == -1
+    out = compose.padding_outputs("tree_accept", inputs, meta, [0])
+    assert int(out["status"][0]) == 4 and int(out["accepted_count"][0]) == 0  # NEGATIVE_TOKEN: root -1
+    assert out["accepted_path"][0].tolist() == [0] + [-1] * (ta[0].T - 1) and (out["proposed"][0] == -1).all()
+
+    gs = compose.requests("greedy_step", *_gm("greedy_step/finite_padding"))
+    p = compose.padding_request("greedy_step", gs[0])
+    assert set(p.arrays) == {"top_token_ids", "root_token_ids", "budget", "depth_limit", "prefix_len",
+                             "target_predict"}  # top_log_probs, q and kv_cache stale
+    inputs, meta = compose.batch("greedy_step", [gs[0], p])
+    assert inputs["kv_cache"].shape[1] == max(gs[0].S, int(gs[0].arrays["prefix_len"]) + gs[0].T)
+    out = compose.padding_outputs("greedy_step", inputs, meta, [1])
+    assert int(out["tree_build.node_count"][0]) == 0 and int(out["tree_build.status"][0]) == 0
+    assert int(out["tree_accept.status"][0]) == 4
+    lse = out["verify_attn.lse"][0]
+    assert np.isnan(lse[0]).all() and np.isneginf(lse[1:]).all()  # row 0 attends to the poisoned cache row 0
+    with pytest.raises(ValueError, match="not tree_build"):
+        compose.padding_request("tree_build", gs[0])
