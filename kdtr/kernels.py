@@ -81,8 +81,8 @@ __all__ = [
 ]
 
 ABI_VERSION = 2
-"""The library's ABI (``KDTR_ABI_VERSION``) this module is written for."""
-_ABI_VERSIONS = (2, 3)  # 3: the same structs, with the device error record
+"""The library's ABI (``KDTR_ABI_VERSION``) this module is written for. The device error
+record (``kdtr_device_errors``) is an entry added within it: looked up by name."""
 
 # Return codes (kdtr_kernels.h).
 OK, ERR_INVALID_ARGUMENT, ERR_NOT_SUPPORTED, ERR_NO_CUDA, ERR_CUDA, ERR_OUT_OF_MEMORY, ERR_INTERNAL = range(7)
@@ -266,7 +266,7 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
         except AttributeError as exc:
             raise KernelLibraryError(f"{lib_path} is not a kdtr kernels library: {exc}") from exc
         version = lib.kdtr_abi_version()
-        if version not in _ABI_VERSIONS:
+        if version != ABI_VERSION:
             raise KernelLibraryError(f"{lib_path}: ABI version {version}, this kdtr.kernels needs {ABI_VERSION} "
                                      "(rebuild with `make lib`)")
         for op, struct in _STRUCTS.items():
