@@ -195,6 +195,7 @@ class _OpDef:
         self.name = spec.name
         self.tensors = tuple((s.name, s.dtypes, s.dims) for s in spec.inputs if s.dims)
         self.names = tuple(n for n, _, _ in self.tensors)
+        self.output_names = tuple(s.name for s in spec.outputs)
         self.outputs = tuple((s.name, s.dtype, tuple("d_v" if d == "Dv" else d for d in s.dims))
                              for s in spec.outputs)
         self.buffers = tuple((s.name, s.dtype, s.dims) for s in spec.abi_buffers)
@@ -217,6 +218,18 @@ _DEFS = {name: _OpDef(spec) for name, spec in OPS.items()}
 
 _lock = threading.Lock()
 _loaded: dict[Path, ctypes.CDLL] = {}
+_ENV_DATA = getattr(os.environ, "_data", None)  # os.environ's own dict (CPython): a lookup without encoding
+
+
+def _env(name: str) -> Any:
+    """``$name`` as os.environ holds it (bytes or str; None if unset), cheaply."""
+    if _ENV_DATA is not None:
+        return _ENV_DATA.get(_ENV_KEYS[name])
+    return os.environ.get(name)
+
+
+_ENV_KEYS = {n: os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
+             for n in ("KDTR_KERNELS_LIB", limits.MAX_OUTPUT_BYTES_ENV, limits.MAX_SCRATCH_BYTES_ENV)}
 _default: tuple[str | None, ctypes.CDLL] | None = None  # ($KDTR_KERNELS_LIB, its library)
 
 
@@ -274,6 +287,7 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
             if size != ctypes.sizeof(struct):
                 raise KernelLibraryError(f"{lib_path}: kdtr_{op}_params is {size} bytes, kdtr.kernels has "
                                          f"{ctypes.sizeof(struct)} (rebuild with `make lib`)")
+        lib._kdtr_entries = {(op, b): getattr(lib, f"kdtr_{op}_{b}") for op in _STRUCTS for b in ("cpu", "cuda")}
         try:
             errors = lib.kdtr_device_errors
             errors.restype = ctypes.c_int
@@ -290,7 +304,7 @@ def _library(path: str | os.PathLike | None) -> ctypes.CDLL:
     global _default
     if path is not None:
         return load(path)
-    env = os.environ.get("KDTR_KERNELS_LIB")
+    env = _env("KDTR_KERNELS_LIB")
     d = _default
     if d is not None and d[0] == env:
         return d[1]
@@ -400,13 +414,17 @@ _Tensor: Any = None
 _raw_stream: Any = None  # device index -> cudaStream_t of torch's current stream
 
 
+_current_device: Any = None  # () -> torch's current CUDA device index
+
+
 def _import_torch() -> Any:
-    global _torch, _Tensor, _raw_stream
+    global _torch, _Tensor, _raw_stream, _current_device
     if _torch is None:
         import torch
 
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _raw_stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        _current_device = torch.cuda.current_device
         _Tensor = torch.Tensor
         _torch = torch
     return _torch
@@ -450,7 +468,8 @@ def _placement(op: str, names: Sequence[str], arrays: Sequence[Any], device: str
     if device not in (None, "cpu", "cuda"):
         raise ValueError(f"{op}: device must be 'cpu', 'cuda' or None, not {device!r}")
     if device is None:
-        device = "cuda" if any(_is_torch(a) and a.is_cuda for a in arrays) else "cpu"
+        device = "cuda" if any(_Tensor is not None and isinstance(a, _Tensor) and a.is_cuda or
+                               _Tensor is None and _is_torch(a) and a.is_cuda for a in arrays) else "cpu"
     if device == "cpu":
         for name, a in zip(names, arrays):
             if not isinstance(a, np.ndarray):
@@ -465,7 +484,8 @@ def _placement(op: str, names: Sequence[str], arrays: Sequence[Any], device: str
             index = i
         elif i != index:
             raise ValueError(f"{op}: {name}: on cuda:{i}, the other tensors on cuda:{index}")
-    _import_torch()
+    if _torch is None:
+        _import_torch()
     return index
 
 
@@ -629,8 +649,8 @@ _MAX_PLANS = 4096
 
 def _plan(od: _OpDef, arrays: Sequence[Any], cuda: bool, code: int, n: int | None, d_v: int | None,
           kernel: str) -> _Plan:
-    key = (od.name, cuda, code, n, d_v, os.environ.get(limits.MAX_OUTPUT_BYTES_ENV),
-           os.environ.get(limits.MAX_SCRATCH_BYTES_ENV), *[(a.shape, a.dtype) for a in arrays])
+    key = (od.name, cuda, code, n, d_v, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV),
+           *[(a.shape, a.dtype) for a in arrays])
     plan = _plans.get(key)
     if plan is not None:
         return plan
@@ -733,94 +753,121 @@ def _ptr(a: Any) -> int:
 def _call(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: Any = None, kernel: str = "auto",
           out: Mapping[str, Any] | None, poison: bool | None, device: str | None,
           lib: str | os.PathLike | None) -> Outputs:
-    """One call of ``op``'s entry (the functions below and kdtr.torch_ops come here)."""
+    """One call of ``op``'s entry, its outputs named (the functions below come here)."""
+    outs, ran = _run(op, arrays, n=n, sm_scale=sm_scale, d_v=d_v, kernel=kernel, out=out, poison=poison,
+                     device=device, lib=lib)
+    res = Outputs(zip(_DEFS[op].output_names, outs))
+    if _DEFS[op].has_kernel:
+        res.kernel = ran.decode() if ran else None
+    return res
+
+
+def _run(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: Any = None, kernel: str = "auto",
+         out: Mapping[str, Any] | None = None, poison: bool | None = None, device: str | None = None,
+         lib: str | os.PathLike | None = None) -> tuple[list[Any], bytes | None]:
+    """One call of ``op``'s entry: its outputs in spec order and the kernel_ran field
+    (kdtr.torch_ops comes here)."""
     L = _library(lib)
     od = _DEFS[op]
     code = _kernel_code(op, kernel) if kernel != "auto" else 0
     if n is not None:
         n = _max_budget(op, n)
     cuda = _placement(op, od.names, arrays, device)
-    if kernel != "auto" and cuda is None and op != "tree_build":
+    if code and cuda is None and op != "tree_build":
         raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
     scale = _float_scalar(op, "sm_scale", sm_scale) if od.has_scale else None
     dv = _int_scalar(op, "d_v", d_v) if d_v is not None else None
     plan = _plan(od, arrays, cuda is not None, code, n, dv, kernel)
-    ptrs = []
+    vals = []
     if cuda is not None:
         for name, a in zip(od.names, arrays):
             if not a.is_contiguous():
                 _contiguous(op, name, a, True)
-            ptrs.append(a.data_ptr())
+            vals.append(a.data_ptr())
     else:
         for name, a in zip(od.names, arrays):
             _contiguous(op, name, a, False)
-            ptrs.append(a.ctypes.data)
+            vals.append(a.ctypes.data)
     if od.has_scale and (cuda is None or not L._kdtr_device_checks):  # the lengths, on the host
-        i = od.names.index("prefix_len")
-        tl = arrays[od.names.index("tree_len")] if "tree_len" in od.names else None
-        if cuda is not None:
-            if _torch.cuda.is_current_stream_capturing():
-                raise ValueError(f"{op}: prefix_len: this libkdtr_kernels.so has no device-side length checks "
-                                 "(kdtr_device_errors), so they are read to the host, which a CUDA graph capture "
-                                 "refuses: rebuild it with `make lib`")
-            host = [arrays[i].cpu().numpy(), tl.cpu().numpy() if tl is not None else None]
-        else:
-            host = [arrays[i], tl]
-        keys = _check_lengths(op, plan.dims, host[0], host[1])
-        if cuda is None:
-            _cpu_scratch(op, plan.dims, keys)
-    res = Outputs()
+        _host_lengths(op, od, plan, arrays, cuda)
     if out is None:
-        for name, dt, shape in plan.outputs:
-            res[name] = _allocate(cuda, dt, shape)
+        outs = [_allocate(cuda, dt, shape) for _, dt, shape in plan.outputs]
         if poison is None:
             poison = True
     else:
-        if not isinstance(out, Mapping):
-            raise ValueError(f"{op}: out: expected a dict of output name -> tensor, got {type(out).__name__}")
-        for name, dt, shape in plan.outputs:
-            a = out.get(name)
-            if a is None:
-                raise ValueError(f"{op}: out: no {name!r} (out= names every output: "
-                                 f"{', '.join(n for n, _, _ in plan.outputs)})")
-            res[name] = _given(op, name, a, dt, shape, cuda)
-        if len(out) != len(plan.outputs):
-            known = {n for n, _, _ in plan.outputs} | {n for n, _, _ in plan.buffers}
-            extra = sorted(set(out) - known)
-            if extra:
-                raise ValueError(f"{op}: out: {extra[0]!r} is not an output of {op}")
-    bufs = []
+        outs = _given_outputs(op, plan, out, cuda)
+    if poison:
+        for a in outs:
+            _poison(a)
+    if cuda is not None:
+        vals += [a.data_ptr() for a in outs]
+    else:
+        vals += [a.ctypes.data for a in outs]
     for name, dt, shape in plan.buffers:  # tree_build's heap_fallback (optional), greedy_step's tree_len
         a = out.get(name) if out is not None else None
         if a is not None:
-            bufs.append(_given(op, name, a, dt, shape, cuda))
+            vals.append(_ptr(_given(op, name, a, dt, shape, cuda)))
         elif name == "tree_len":
-            bufs.append(_allocate(cuda, dt, shape))
+            a = _allocate(cuda, dt, shape)
+            outs.append(a)  # kept alive to the end of the call (and, on CUDA, by the caching allocator's stream order)
+            vals.append(_ptr(a))
         else:
-            bufs.append(None)
-    if poison:
-        for a in res.values():
-            _poison(a)
-    vals = ptrs + [_ptr(a) for a in res.values()] + [0 if b is None else _ptr(b) for b in bufs]
+            vals.append(0)
     if scale is not None:
         vals.append(scale)
     p = od.struct(*vals, *plan.tail)
     if cuda is not None:
-        fn = getattr(L, f"kdtr_{op}_cuda")
+        fn = L._kdtr_entries[op, "cuda"]
         _used_devices.add(cuda)
-        if _torch.cuda.current_device() == cuda:
+        if _current_device() == cuda:
             rc = fn(ctypes.byref(p), _raw_stream(cuda))
         else:
             with _torch.cuda.device(cuda):
                 rc = fn(ctypes.byref(p), _raw_stream(cuda))
     else:
-        rc = getattr(L, f"kdtr_{op}_cpu")(ctypes.byref(p))
+        rc = L._kdtr_entries[op, "cpu"](ctypes.byref(p))
     if rc != OK:
         msg = L.kdtr_last_error()
         raise KernelError(op, rc, msg.decode("utf-8", "replace") if msg else "")
-    if od.has_kernel:
-        res.kernel = p.kernel_ran.decode() if p.kernel_ran else None
-    return res
+    if len(outs) > len(plan.outputs):
+        del outs[len(plan.outputs):]
+    return outs, (p.kernel_ran if od.has_kernel else None)
+
+
+def _host_lengths(op: str, od: _OpDef, plan: _Plan, arrays: tuple, cuda: int | None) -> None:
+    """verify_attn's / greedy_step's lengths checked on the host: the CPU backend's (and its
+    scratch for the longest request), or a CUDA call through a library without the
+    device-side checks (a copy; refused during a CUDA graph capture)."""
+    i = od.names.index("prefix_len")
+    tl = arrays[od.names.index("tree_len")] if "tree_len" in od.names else None
+    if cuda is not None:
+        if _torch.cuda.is_current_stream_capturing():
+            raise ValueError(f"{op}: prefix_len: this libkdtr_kernels.so has no device-side length checks "
+                             "(kdtr_device_errors), so they are read to the host, which a CUDA graph capture "
+                             "refuses: rebuild it with `make lib`")
+        _check_lengths(op, plan.dims, arrays[i].cpu().numpy(), tl.cpu().numpy() if tl is not None else None)
+        return
+    keys = _check_lengths(op, plan.dims, arrays[i], tl)
+    _cpu_scratch(op, plan.dims, keys)
+
+
+def _given_outputs(op: str, plan: _Plan, out: Mapping[str, Any], cuda: int | None) -> list[Any]:
+    """The ``out=`` dict's outputs in plan order, each checked."""
+    if not isinstance(out, Mapping):
+        raise ValueError(f"{op}: out: expected a dict of output name -> tensor, got {type(out).__name__}")
+    outs = []
+    for name, dt, shape in plan.outputs:
+        a = out.get(name)
+        if a is None:
+            raise ValueError(f"{op}: out: no {name!r} (out= names every output: "
+                             f"{', '.join(n for n, _, _ in plan.outputs)})")
+        outs.append(_given(op, name, a, dt, shape, cuda))
+    if len(out) != len(plan.outputs):
+        known = {n for n, _, _ in plan.outputs} | {n for n, _, _ in plan.buffers}
+        extra = sorted(set(out) - known)
+        if extra:
+            raise ValueError(f"{op}: out: {extra[0]!r} is not an output of {op}")
+    return outs
 
 
 # ---------------------------------------------------------------------------------------

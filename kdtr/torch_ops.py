@@ -140,8 +140,7 @@ def _check_host(op: str, tensors: tuple, scalars: dict) -> dict[str, tuple[str, 
 def _functional(op: str):
     def cuda_impl(*args: Any, **kw: Any) -> tuple[torch.Tensor, ...]:
         tensors, scalars = _split(op, args, kw)
-        res = kernels._call(op, tensors, out=None, poison=False, device="cuda", lib=None, **scalars)
-        return tuple(res.values())
+        return tuple(kernels._run(op, tensors, poison=False, device="cuda", **scalars)[0])
 
     def cpu_impl(*args: Any, **kw: Any) -> tuple[torch.Tensor, ...]:
         tensors, scalars = _split(op, args, kw)
@@ -189,7 +188,7 @@ def _out(op: str):
     def cuda_impl(*args: Any, **kw: Any) -> None:
         out, kw = gather(kw)
         tensors, scalars = _split(op, args, kw)
-        kernels._call(op, tensors, out=out, poison=False, device="cuda", lib=None, **scalars)
+        kernels._run(op, tensors, out=out, poison=False, device="cuda", **scalars)
 
     def cpu_impl(*args: Any, **kw: Any) -> None:
         out, kw = gather(kw)
