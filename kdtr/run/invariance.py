@@ -265,7 +265,8 @@ def _run_batch(case: Case, cfg: RunConfig, binary: Path, runs: list[_Ran]) -> tu
         k = int(m[1])
         if k < len(runs) and k not in seen:
             seen.add(k)
-            runs[k].rc, runs[k].msg = int(m[2]), m[4][:2000]
+            msg = m[4][:2000]
+            runs[k].rc, runs[k].msg = int(m[2]), f"{binary.name}: {msg}" if msg else ""
 
     run = _stream_binary(_command(case, cfg, binary, runs, True), cfg.timeout, on_line)
     return run.returncode, run.stdout, run.stderr

@@ -205,7 +205,7 @@ def test_crash_and_not_supported(tmp_path):
     assert r.status == Status.CRASH
     assert r.reason.startswith("composition 'padded T=64': no result, the process stopped: killed by SIGSEGV")
     r = _run(tmp_path, gdir, "tree_accept/chain", backend="cuda")
-    assert r.status == Status.NOT_SUPPORTED and r.reason == "no CUDA device"
+    assert r.status == Status.NOT_SUPPORTED and r.reason == "kdtr_tree_accept: no CUDA device"
     # a composition the kernel does not apply to is left out, and said so
     r = _run(tmp_path, gdir, "tree_accept/chain", {"FAKE_INV": "nosupport"}, backend="cuda")
     assert r.status == Status.NOT_SUPPORTED  # the golden's own composition too (no GPU)
