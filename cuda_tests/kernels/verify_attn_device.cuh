@@ -110,20 +110,24 @@ __device__ __forceinline__ void record_fault(const VerifyAttnCheck& chk, int32_t
   __threadfence();
 }
 
-// A block's length check before any load of its request: false (and its part of out and
-// lse written NaN, the request recorded by its first block) when the lengths fail.  The
-// block's rows are [m0, m0 + nrows) of the request's M = T*H (global row row_base + m),
-// columns [col0, col0 + ncols); first: whether this is the request's first block (m0 == 0,
-// blockIdx.y == 0), which writes lse too and records.
-__device__ __forceinline__ bool request_ok(const VerifyAttnCheck& chk, int32_t pl, int32_t tl, int64_t T, int64_t S,
-                                           int64_t b, float* __restrict__ out, float* __restrict__ lse,
-                                           int64_t row_base, int m0, int nrows, int d_v, int col0, int ncols,
-                                           bool with_lse, bool first) {
-  const int32_t field = length_fault(pl, tl, T, S, chk.rule);
-  if (field == 0) return true;
-  if (first && threadIdx.x == 0) record_fault(chk, field, b, pl, tl, T, S);
-  write_rows(out, lse, row_base + m0, nrows, d_v, col0, ncols, with_lse, quiet_nan(), quiet_nan());
-  return false;
+// A failing request's block (the kernels check the lengths first, before any load of the
+// request, and take this path where length_fault != 0, in the branch of their padding
+// blocks): its part of out and lse written NaN -- rows [m0, m0 + 64) of the request's M =
+// T*H (within M), value columns [col0, col0 + cols) (within d_v), lse where blockIdx.y ==
+// 0 -- and the request recorded by its first block (m0 == 0, blockIdx.y == 0).  (Merged
+// into the padding branch and inlined, the check leaves the main path's registers as they
+// were; as an early return of its own, or a call, the mma kernel of Dqk 576 spilled.)
+__device__ __forceinline__ void request_failed(const VerifyAttnCheck& chk, const VerifyAttnProblem& prm, int64_t b,
+                                               int m0, int col0, int cols) {
+  const int32_t pl = prm.prefix_len[b], tl = prm.tree_len[b];
+  const int64_t M = prm.T * prm.H;
+  const bool first = m0 == 0 && blockIdx.y == 0;
+  if (first && threadIdx.x == 0)
+    record_fault(chk, length_fault(pl, tl, prm.T, prm.S, chk.rule), b, pl, tl, prm.T, prm.S);
+  const int nrows = static_cast<int>(M - m0 < 64 ? M - m0 : 64);
+  const int ncols = static_cast<int>(prm.d_v - col0 < cols ? prm.d_v - col0 : cols);
+  write_rows(prm.out, prm.lse, b * M + m0, nrows, static_cast<int>(prm.d_v), col0, ncols, blockIdx.y == 0, quiet_nan(),
+             quiet_nan());
 }
 
 // The two query rows a thread holds in a 16-row band of an m16 (mma.sync) or m64

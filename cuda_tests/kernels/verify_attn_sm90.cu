@@ -171,13 +171,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
   const int M = T * H;
   const int pl = prefix_len[b], tl = tree_len[b];
-  const int64_t row_base = static_cast<int64_t>(b) * M;
   // The lengths first (verify_attn_launch.h): nothing of a failing request is read.
-  if (!request_ok(chk, pl, tl, prm.T, prm.S, b, out, lse, row_base, m0, min(kBM, M - m0), d_v, 0, d_v, true, m0 == 0))
-    return;
-  const int valid_rows = tl * H, L = pl + tl;
-  if (m0 >= valid_rows) {
-    write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, 0, d_v, true);
+  const bool ok = length_fault(pl, tl, prm.T, prm.S, chk.rule) == 0;
+  // (L wraps, unused, where !ok: unsigned, so that no signed overflow is evaluated.)
+  const int valid_rows = ok ? tl * H : 0, L = static_cast<int>(static_cast<uint32_t>(pl) + static_cast<uint32_t>(tl));
+  const int64_t row_base = static_cast<int64_t>(b) * M;
+  if (m0 >= valid_rows) {  // padding rows only, or a failing request
+    if (ok) write_padding_rows(out, lse, row_base + m0, min(kBM, M - m0), d_v, 0, d_v, true);
+    else request_failed(chk, prm, b, m0, 0, d_v);
     return;
   }
 
