@@ -266,8 +266,8 @@ def test_sanitizer_report_names_the_composition(tmp_path):
 
 def test_timeout_names_the_composition(tmp_path):
     gdir = _subset(tmp_path, ["tree_accept/root_only"])
-    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "hang"}, {"timeout": 3})
-    assert r.status == Status.TIMEOUT and r.reason == "composition 'reversed': killed after 3 s", r.reason
+    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "hang"}, {"timeout": 8})
+    assert r.status == Status.TIMEOUT and r.reason == "composition 'reversed': killed after 8 s", r.reason
 
 
 def test_one_process_per_composition_without_batch(tmp_path):
