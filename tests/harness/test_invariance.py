@@ -280,3 +280,6 @@ def test_one_process_per_composition_without_batch(tmp_path):
     assert r.process == "single"
     r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "b1"}, {"batch": False})
     assert r.status == Status.NOT_INVARIANT and "'alone#0' (row 0) and 'golden' (row 0)" in r.reason
+    r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "nosupport", "FAKE_GPU": "1"}, {"batch": False},
+             backend="cuda")
+    assert r.status == Status.PASS and "not supported here: 'padded T=32', 'padded T=18'" in r.detail, r.reason
