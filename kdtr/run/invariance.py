@@ -331,6 +331,13 @@ def _execute(case: Case, cfg: RunConfig, res: CaseResult, binary: Path, runs: li
         if name == GOLDEN or status != Status.NOT_SUPPORTED:
             prefix = "" if name == GOLDEN and status == Status.NOT_SUPPORTED else f"composition {name!r}: "
             return not _fail(res, status, prefix + why)
+    if cfg.batch:  # a batch exits with its first nonzero result code; anything else went wrong after the last
+        expected = next((r.rc for r in runs if r.rc), 0)
+        if rc != expected:
+            how = _exit_status(p, cfg, rc, "") if rc is not None and rc < 0 else None
+            why = how[1] if how is not None else f"exit {rc}"
+            return not _fail(res, Status.CRASH, f"the batch process ended after its last composition: {why} (its "
+                                                f"results said {expected})")
     return True
 
 

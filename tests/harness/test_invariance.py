@@ -42,6 +42,7 @@ args = sys.argv[1:]
 val = lambda k: args[args.index(k) + 1] if k in args else None
 backend, kernel, batch = val("--backend"), val("--kernel"), "--batch" in args
 pairs = [(args[i + 1], args[i + 3]) for i in range(len(args)) if args[i] == "--input"]
+first_rc = 0
 for k, (inp, out) in enumerate(pairs):
     with kdtr.load(inp) as f:
         md = dict(f.metadata)
@@ -75,12 +76,14 @@ for k, (inp, out) in enumerate(pairs):
             if mode == "kernel" and comp == "alone#0":
                 meta["kernel"] = "other"
         kdtr.save(out, res, meta)
+    first_rc = first_rc or rc
     if batch:
         print(f"@kdtr-batch i={k} rc={rc} s=0.001 msg={'no CUDA device' if rc == 3 else ''}", flush=True)
     elif rc:
         sys.exit(rc)
-if not batch and mode == "exit_after":
-    sys.exit(1)
+if batch and mode == "segv_after":
+    os.kill(os.getpid(), 11)
+sys.exit(first_rc)  # a batch exits with its first nonzero result code
 '''
 
 
@@ -204,6 +207,9 @@ def test_crash_and_not_supported(tmp_path):
     r = _run(tmp_path, gdir, "tree_accept/chain", {"FAKE_INV": "segv"})
     assert r.status == Status.CRASH
     assert r.reason.startswith("composition 'padded T=64': no result, the process stopped: killed by SIGSEGV")
+    r = _run(tmp_path, gdir, "tree_accept/chain", {"FAKE_INV": "segv_after"})
+    assert r.status == Status.CRASH
+    assert r.reason == "the batch process ended after its last composition: killed by SIGSEGV (its results said 0)"
     r = _run(tmp_path, gdir, "tree_accept/chain", backend="cuda")
     assert r.status == Status.NOT_SUPPORTED and r.reason == "kdtr_tree_accept: no CUDA device"
     # a composition the kernel does not apply to is left out, and said so
