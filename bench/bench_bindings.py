@@ -13,8 +13,11 @@ T=9, H=64, Dqk=576, d_v=512, prefix 4096, bf16), on one CUDA device:
   outputs), ``torch.ops.kdtr.<op>.out`` (preallocated), ``kdtr.kernels.<op>(out=...)``,
   and ``kdtr.kernels.<op>()`` (allocates and poisons with 0x5a, the conformance default).
   Where the host is slower than the device this is the host's cost; else the kernel's.
-- host: the host's own cost of one call (``torch.ops.kdtr.<op>``): a loop of 200 calls
-  timed without waiting for the device (short enough not to fill the launch queue), / 200.
+- host: the host's own cost of one call of ``torch.ops.kdtr.<op>``, of
+  ``kdtr.kernels.<op>(out=...)`` and of the library's CUDA entry alone (``entry``: the
+  ctypes call with the struct such a call built, the library's checks and launches): a
+  loop of 200 calls timed without waiting for the device (short enough not to fill the
+  launch queue), / 200, the least of 7 loops.
 - replay: a CUDA graph holding ONE call of ``torch.ops.kdtr.<op>``, replayed M times;
   wall time / M (synchronized before and after) and events / M.
 
@@ -38,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -59,7 +61,7 @@ def cases(torch):
     dev = "cuda"
 
     def t(a):
-        return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+        return torch.from_numpy(np.array(a)).to(dev)
 
     def build(b, d, k, n):
         lp, ids = build_gen.drafter_rows(rng, b, d, k)
@@ -139,16 +141,39 @@ def wall(torch, fn, calls: int) -> float:
 
 
 def host(torch, fn, calls: int = 200) -> float:
-    """The host's cost of one call: a short loop, not waiting for the device; the median of 5."""
+    """The host's cost of one call: a short loop, not waiting for the device; the least of 7."""
     res = []
-    for _ in range(5):
+    for _ in range(7):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         res.append((time.perf_counter() - t0) / calls)
     torch.cuda.synchronize()
-    return statistics.median(res)
+    return min(res)
+
+
+def entry_call(kernels, op: str, call):
+    """A function calling the library's CUDA entry of `op` alone, with the struct and stream
+    that `call()` passed it (recorded by a wrapper around the entry for one call)."""
+    import ctypes
+
+    L = kernels.load()
+    real = L._kdtr_entries[op, "cuda"]
+    seen = []
+
+    def spy(p, stream):
+        seen.append((type(p._obj).from_buffer_copy(p._obj), stream))
+        return real(p, stream)
+
+    L._kdtr_entries[op, "cuda"] = spy
+    try:
+        call()
+    finally:
+        L._kdtr_entries[op, "cuda"] = real
+    p, stream = seen[0]
+    ref = ctypes.byref(p)
+    return lambda: real(ref, stream)
 
 
 def measure(torch, case, args) -> dict:
@@ -180,6 +205,8 @@ def measure(torch, case, args) -> dict:
     replay_ev = events(torch, g_one.replay, args.calls)
     res = {"label": label, "op": op, "shape": shape, "kernel_us": kernel * 1e6,
            "eager_us": {w: v * 1e6 for w, v in eager.items()}, "host_us": host(torch, ways["torch.ops"]) * 1e6,
+           "host_out_us": host(torch, ways["kernels(out=)"]) * 1e6,
+           "entry_us": host(torch, entry_call(kernels, op, ways["kernels(out=)"])) * 1e6,
            "replay_wall_us": replay_wall * 1e6, "replay_events_us": replay_ev * 1e6}
     res["eager_minus_kernel_us"] = res["eager_us"]["torch.ops"] - res["kernel_us"]
     res["eager_out_minus_kernel_us"] = res["eager_us"]["torch.ops .out"] - res["kernel_us"]
@@ -204,8 +231,8 @@ def measure(torch, case, args) -> dict:
 def table(rows: list[dict], gpu: str) -> str:
     lines = [f"GPU: {gpu}", "",
              "| op | shape | kernel us | torch.ops us | .out us | kernels(out=) us | kernels() us | "
-             "eager - kernel us (<= 15) | .out - kernel us | host us | replay us (wall; events) | "
-             "replay / kernel (<= 1.10) |",
+             "eager - kernel us (<= 15) | .out - kernel us | host us: torch.ops; kernels(out=); entry | "
+             "replay us (wall; events) | replay / kernel (<= 1.10) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         e = r["eager_us"]
@@ -214,7 +241,8 @@ def table(rows: list[dict], gpu: str) -> str:
         lines.append(
             f"| {r['label']} | {r['shape']} | {r['kernel_us']:.1f} | {e['torch.ops']:.1f} | {e['torch.ops .out']:.1f} "
             f"| {e['kernels(out=)']:.1f} | {e['kernels()']:.1f} | {r['eager_minus_kernel_us']:.1f} {ok1} | "
-            f"{r['eager_out_minus_kernel_us']:.1f} | {r['host_us']:.1f} | {r['replay_wall_us']:.1f}; "
+            f"{r['eager_out_minus_kernel_us']:.1f} | {r['host_us']:.1f}; {r['host_out_us']:.1f}; "
+            f"{r['entry_us']:.1f} | {r['replay_wall_us']:.1f}; "
             f"{r['replay_events_us']:.1f} | {r['replay_over_kernel']:.2f} {ok2} |")
     return "\n".join(lines)
 

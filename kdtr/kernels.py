@@ -628,7 +628,7 @@ class _Plan:
     """The cached work of one call signature: dims, the outputs' (name, dtype, shape), the
     buffers' (name, dtype, shape), and the struct's values after the pointers and scalars."""
 
-    __slots__ = ("dims", "outputs", "buffers", "tail", "float_dt")
+    __slots__ = ("dims", "outputs", "buffers", "tail", "float_dt", "torch_outputs")
 
     def __init__(self, od: _OpDef, dims: dict[str, int], float_dt: str | None, code: int) -> None:
         self.dims = dims
@@ -641,6 +641,7 @@ class _Plan:
         if od.has_kernel:
             tail.append(code)
         self.tail = tuple(tail)
+        self.torch_outputs = None  # CUDA plans: ((name, torch dtype, shape), ...), set by _plan
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -649,8 +650,10 @@ _MAX_PLANS = 4096
 
 def _plan(od: _OpDef, arrays: Sequence[Any], cuda: bool, code: int, n: int | None, d_v: int | None,
           kernel: str) -> _Plan:
-    key = (od.name, cuda, code, n, d_v, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV),
-           *[(a.shape, a.dtype) for a in arrays])
+    key = [od.name, cuda, code, n, d_v, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV)]
+    for a in arrays:
+        key += (a.shape, a.dtype)
+    key = tuple(key)
     plan = _plans.get(key)
     if plan is not None:
         return plan
@@ -661,6 +664,9 @@ def _plan(od: _OpDef, arrays: Sequence[Any], cuda: bool, code: int, n: int | Non
                                                                            kernel == "select"),
                                        f"{od.name}: max_budget", f"N = {n}, D = {dims['D']}")
     plan = _Plan(od, dims, float_dt, code)
+    if cuda:
+        m = _dtypes(True)
+        plan.torch_outputs = tuple((name, m[dt], shape) for name, dt, shape in plan.outputs)
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan
@@ -772,6 +778,12 @@ def _run(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: An
     code = _kernel_code(op, kernel) if kernel != "auto" else 0
     if n is not None:
         n = _max_budget(op, n)
+    if device != "cpu" and _Tensor is not None and (L._kdtr_device_checks or not od.has_scale):
+        scale = _float_scalar(op, "sm_scale", sm_scale) if od.has_scale else None
+        dv = _int_scalar(op, "d_v", d_v) if d_v is not None else None
+        done = _fast_cuda(L, od, arrays, code, n, dv, scale, out, poison)
+        if done is not None:
+            return done
     cuda = _placement(op, od.names, arrays, device)
     if code and cuda is None and op != "tree_build":
         raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
@@ -832,6 +844,83 @@ def _run(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: An
     if len(outs) > len(plan.outputs):
         del outs[len(plan.outputs):]
     return outs, (p.kernel_ran if od.has_kernel else None)
+
+
+def _fast_cuda(L: ctypes.CDLL, od: _OpDef, arrays: tuple, code: int, n: int | None, dv: int | None,
+               scale: float | None, out: Mapping[str, Any] | None, poison: bool | None
+               ) -> tuple[list[Any], bytes | None] | None:
+    """A CUDA call of a signature seen before, every tensor a plain torch tensor on one
+    device, contiguous, and (``out=``) of the planned dtype and shape: the call, with the
+    fewest host operations. None where anything differs (before anything is allocated or
+    enqueued): the general path then raises the right error or plans the signature."""
+    key = [od.name, True, code, n, dv, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV)]
+    vals = []
+    index = None
+    for a in arrays:
+        if a.__class__ is not _Tensor or not a.is_contiguous():
+            return None
+        i = a.get_device()
+        if i != index:
+            if index is not None or i < 0:
+                return None
+            index = i
+        key += (a.shape, a.dtype)
+        vals.append(a.data_ptr())
+    plan = _plans.get(tuple(key))
+    if plan is None:
+        return None
+    if out is None:
+        dev = _cuda_devices[index]
+        outs = [_torch.empty(shape, dtype=dt, device=dev) for _, dt, shape in plan.torch_outputs]
+        if poison is None:
+            poison = True
+    else:
+        outs = []
+        for name, dt, shape in plan.torch_outputs:
+            a = out.get(name) if isinstance(out, Mapping) else None
+            if a is None or a.__class__ is not _Tensor or a.dtype is not dt or a.shape != shape or \
+                    a.get_device() != index or not a.is_contiguous():
+                return None
+            outs.append(a)
+        if len(out) != len(outs) and any(k not in _OPTIONAL_OUT[od.name] for k in out if k not in od.output_names):
+            return None
+    bufs = []
+    keep = None
+    for name, dt, shape in plan.buffers:  # tree_build's heap_fallback (optional), greedy_step's tree_len
+        a = out.get(name) if out is not None else None
+        if a is not None:
+            if a.__class__ is not _Tensor or a.dtype is not _dtype_maps[True][dt] or a.shape != shape or \
+                    a.get_device() != index or not a.is_contiguous():
+                return None
+            bufs.append(a.data_ptr())
+        elif name == "tree_len":
+            keep = _torch.empty(shape, dtype=_torch.int32, device=_cuda_devices[index])
+            bufs.append(keep.data_ptr())
+        else:
+            bufs.append(0)
+    if poison:
+        for a in outs:
+            _poison(a)
+    vals += [a.data_ptr() for a in outs]
+    vals += bufs
+    if scale is not None:
+        vals.append(scale)
+    p = od.struct(*vals, *plan.tail)
+    _used_devices.add(index)
+    fn = L._kdtr_entries[od.name, "cuda"]
+    if _current_device() == index:
+        rc = fn(ctypes.byref(p), _raw_stream(index))
+    else:
+        with _torch.cuda.device(index):
+            rc = fn(ctypes.byref(p), _raw_stream(index))
+    if rc != OK:
+        msg = L.kdtr_last_error()
+        raise KernelError(od.name, rc, msg.decode("utf-8", "replace") if msg else "")
+    del keep
+    return outs, (p.kernel_ran if od.has_kernel else None)
+
+
+_OPTIONAL_OUT = {name: {b for b, _, _ in d.buffers} for name, d in _DEFS.items()}
 
 
 def _host_lengths(op: str, od: _OpDef, plan: _Plan, arrays: tuple, cuda: int | None) -> None:
