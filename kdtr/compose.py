@@ -15,7 +15,8 @@ request's outputs may depend on its own inputs only (docs/ops/<op>.md, "Invarian
   chosen T and S, every slot beyond a request's own extent from ``stale`` or poison;
 - :func:`live_outputs`: a batch's outputs cut back to each request's own rows and T;
 - :func:`padding_outputs`: the documented outputs of padding rows and of the slots beyond a
-  request's own T (the reference's values);
+  request's own T (the reference's values); :func:`beyond_outputs`: the latter alone,
+  cheaply (the reference on one padding row);
 - :func:`padding_mismatch`: the comparison those documented values are held to.
 
 Dims. Every input of an op whose first dim is ``B`` is per request (its row, without the
@@ -42,6 +43,7 @@ __all__ = [
     "POISON_BYTE",
     "Request",
     "batch",
+    "beyond_outputs",
     "capture_size",
     "compatible",
     "live_outputs",
@@ -385,6 +387,26 @@ def padding_outputs(op: str, inputs: Mapping[str, np.ndarray], meta: Mapping[str
         sub[sp.name] = arr[rows] if sp.dims and sp.dims[0] == "B" else arr
     with np.errstate(all="ignore"):
         return spec.reference(sub, meta)
+
+
+def beyond_outputs(op: str, like: Request, T: int) -> dict[str, np.ndarray]:
+    """The documented values of a request's slots beyond its own T (>= 1) in a batch at ``T``:
+    per output, one row (without the B dim) at the batch's T, whose slots at index >= the
+    request's own T (in every T dim) are those values: -1 in tree_build's and tree_accept's
+    slot outputs, 0 in visibility, out 0 and lse -inf.
+
+    They are a padding request's (whose every slot >= 1 holds them), so the reference runs on
+    one padding row only: cheap whatever the size of ``like``. Holds for a request whose
+    outputs do not depend on T (:func:`t_sensitive` false).
+
+    Raises:
+        ValueError: as :func:`padding_request` and :func:`batch`.
+    """
+    pad = padding_request(op, like)
+    inputs, meta = batch(op, [pad], T=T)
+    with np.errstate(all="ignore"):
+        ref = _spec(op).reference(inputs, meta)
+    return {k: np.asarray(v)[0] for k, v in ref.items()}
 
 
 def padding_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str | None:

@@ -86,6 +86,7 @@ class Composition:
             padding request).
         inputs, meta: the batch (:func:`kdtr.compose.batch`).
         note: what else it holds, in words (``"+4 requests of verify_attn/small"``).
+        T: the batch's T (at least every row's own).
     """
 
     name: str
@@ -94,10 +95,10 @@ class Composition:
     inputs: dict[str, np.ndarray] = field(repr=False)
     meta: dict[str, Any] = field(repr=False)
     note: str = ""
+    T: int = 0  # the batch's T (0: the largest own T of its rows)
 
-    @property
-    def T(self) -> int:  # noqa: N802 - the dim's name
-        return max(r.T for r in self.rows)
+    def __post_init__(self) -> None:
+        self.T = self.T or max(r.T for r in self.rows)
 
 
 def _other_requests(golden: Golden, cfg: RunConfig, like: compose.Request) -> tuple[list[compose.Request], list[str]]:
@@ -157,7 +158,7 @@ def compositions(golden: Golden, cfg: RunConfig | None = None) -> tuple[list[Com
         rows = [reqs[i] if isinstance(i, int) else i for i in idx]
         own = [i if isinstance(i, int) else -1 for i in idx]
         inputs, meta = compose.batch(op, rows, T=T, S=S)
-        out.append(Composition(name, rows, own, inputs, meta, note))
+        out.append(Composition(name, rows, own, inputs, meta, note, T or 0))
 
     for i in range(b):
         add(f"alone#{i}", [i])
@@ -425,26 +426,29 @@ def _void_if_changed(res: CaseResult, golden: Golden) -> None:
 
 def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: list[Composition],
            runs: list[_Ran], notes: list[str]) -> None:
+    """Each composition's output, one at a time (only the golden's own is kept), against the
+    golden's own per request, and its padding rows and slots beyond a request's own T
+    against the documented values; then the golden's own verdict; sets ``res``."""
     op = case.op
-    spec = OPS[op]
     forced = forced_kernel_name(case)
     skipped = [c.name for c, r in zip(comps, runs) if r.rc not in (0, None)]  # NOT_SUPPORTED there
-    outputs: list[tuple[dict[str, np.ndarray], dict[str, Any]] | None] = []
-    for c, r in zip(comps, runs):
-        if r.rc != 0:
-            outputs.append(None)
-            continue
+
+    def load(c: Composition, r: _Ran) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
         try:
-            outputs.append(_load(r.out))
+            got = _load(r.out)
         except (KdtrError, OSError) as exc:
             _fail(res, Status.ERROR, f"composition {c.name!r}: output file unreadable: {exc}")
-            return
-        md = outputs[-1][1]
-        if forced is not None and not kernel_ran(forced, md.get("kernel")):
+            return None
+        if forced is not None and not kernel_ran(forced, got[1].get("kernel")):
             _fail(res, Status.ERROR, f"composition {c.name!r}: kernel {forced} was forced but the output's metadata "
-                                     f"kernel is {md.get('kernel')!r}: the binary ran another kernel")
-            return
-    base_t, base_md = outputs[0]  # type: ignore[misc]
+                                     f"kernel is {got[1].get('kernel')!r}: the binary ran another kernel")
+            return None
+        return got
+
+    first = load(comps[0], runs[0])
+    if first is None:
+        return
+    base_t, base_md = first
     reqs = comps[0].rows
     base_problem = ""
     try:
@@ -453,56 +457,15 @@ def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: l
         base, base_problem = None, f"composition 'golden': {exc}"
     differ: list[str] = []
     padding: list[str] = []
-    if base is not None:
-        for c, got in zip(comps[1:], outputs[1:]):
-            if got is None:
-                continue
-            try:
-                live = compose.live_outputs(op, got[0], c.rows)
-            except ValueError as exc:
-                differ.append(f"composition {c.name!r}: {exc}")
-                continue
-            for row, i in enumerate(c.own):
-                if i < 0:
-                    continue
-                for s in spec.outputs:
-                    d = _first_diff(live[row][s.name], base[i][s.name])
-                    if d is not None:
-                        kern = ""
-                        k1, k2 = got[1].get("kernel"), base_md.get("kernel")
-                        if k1 != k2:
-                            kern = f" (kernels {k1!r} vs {k2!r})"
-                        differ.append(f"{reqs[i].source}: {s.name} differs between composition {c.name!r} (row {row}) "
-                                      f"and 'golden' (row {i}){kern} {d}")
-                        break
-            # the documented values: padding rows, and the slots beyond a request's own T
-            pad_rows = [k for k, r in enumerate(c.rows) if r.is_padding]
-            beyond = [k for k, r in enumerate(c.rows) if not r.is_padding and r.T < c.T]
-            if not pad_rows and not beyond:
-                continue
-            try:
-                doc = compose.padding_outputs(op, c.inputs, c.meta, pad_rows + beyond)
-            except ValueError as exc:
-                padding.append(f"composition {c.name!r}: the reference cannot say the padding values: {exc}")
-                continue
-            for j, k in enumerate(pad_rows + beyond):
-                for s in spec.outputs:
-                    got_k = np.asarray(got[0][s.name])[k]
-                    want_k = np.asarray(doc[s.name])[j]
-                    if k in beyond:
-                        t = c.rows[k].T
-                        mask = np.ones(got_k.shape, bool)
-                        idx = tuple(slice(0, t) if d == "T" else slice(None) for d in s.dims[1:])
-                        mask[idx] = False  # the live slots: compared above
-                        if not mask.any():
-                            continue
-                        got_k, want_k = got_k[mask], want_k[mask]
-                    m = compose.padding_mismatch(s.name, got_k, want_k)
-                    if m is not None:
-                        what = "padding request" if k in pad_rows else f"slots beyond T = {c.rows[k].T} of " \
-                                                                       f"{c.rows[k].source}"
-                        padding.append(f"composition {c.name!r}, row {k} ({what}): {m}")
-                        break
+    beyond_cache: dict[int, dict[str, np.ndarray]] = {}
+    for c, r in zip(comps[1:], runs[1:]):
+        if base is None or r.rc != 0:
+            continue
+        got = load(c, r)
+        if got is None:
+            return
+        differ += _differences(op, c, got, base, base_md, reqs)
+        padding += _padding_differences(op, c, got[0], beyond_cache)
     v = judge(golden, runs[0].out, kernel=forced)
     res.outputs = v.results
     detail = [f"{len(comps)} compositions: " + ", ".join(_summary(comps))]
@@ -525,6 +488,66 @@ def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: l
         _fail(res, Status.MISMATCH, "documented padding values differ: " + padding[0] + more)
     else:
         _fail(res, Status.PASS, "")
+
+
+def _differences(op: str, c: Composition, got: tuple[dict[str, np.ndarray], dict[str, Any]],
+                 base: list[dict[str, np.ndarray]], base_md: dict[str, Any], reqs: list[compose.Request]) -> list[str]:
+    """Per request of the golden in composition ``c``: its first output that differs, bit
+    for bit, from the golden's own composition (at most one line per request)."""
+    try:
+        live = compose.live_outputs(op, got[0], c.rows)
+    except ValueError as exc:
+        return [f"composition {c.name!r}: {exc}"]
+    out = []
+    k1, k2 = got[1].get("kernel"), base_md.get("kernel")
+    kern = f" (kernels {k1!r} vs {k2!r})" if k1 != k2 else ""
+    for row, i in enumerate(c.own):
+        if i < 0:
+            continue
+        for s in OPS[op].outputs:
+            d = _first_diff(live[row][s.name], base[i][s.name])
+            if d is not None:
+                out.append(f"{reqs[i].source}: {s.name} differs between composition {c.name!r} (row {row}) "
+                           f"and 'golden' (row {i}){kern} {d}")
+                break
+    return out
+
+
+def _padding_differences(op: str, c: Composition, got: dict[str, np.ndarray],
+                         beyond_cache: dict[int, dict[str, np.ndarray]]) -> list[str]:
+    """The padding rows of ``c`` against :func:`kdtr.compose.padding_outputs` (the reference
+    on those rows), and the slots beyond a request's own T against
+    :func:`kdtr.compose.beyond_outputs` (a padding request's at the batch's T: the
+    reference never runs on a live request here, whatever its size)."""
+    spec = OPS[op]
+    pad_rows = [k for k, r in enumerate(c.rows) if r.is_padding]
+    # (a filler of another golden whose validity is relative to T may be valid at this T)
+    beyond = [k for k, r in enumerate(c.rows) if not r.is_padding and r.T < c.T and not compose.t_sensitive(r)]
+    out: list[str] = []
+    try:
+        doc = compose.padding_outputs(op, c.inputs, c.meta, pad_rows) if pad_rows else {}
+        if beyond and c.T not in beyond_cache:
+            beyond_cache[c.T] = compose.beyond_outputs(op, c.rows[beyond[0]], c.T)
+    except ValueError as exc:
+        return [f"composition {c.name!r}: the reference cannot say the padding values: {exc}"]
+    for k in pad_rows + beyond:
+        for s in spec.outputs:
+            got_k = np.asarray(got[s.name])[k]
+            if k in beyond:
+                t = c.rows[k].T
+                mask = np.ones(got_k.shape, bool)
+                mask[tuple(slice(0, t) if d == "T" else slice(None) for d in s.dims[1:])] = False  # compared above
+                if not mask.any():
+                    continue
+                got_k, want_k = got_k[mask], beyond_cache[c.T][s.name][mask]
+            else:
+                want_k = np.asarray(doc[s.name])[pad_rows.index(k)]
+            m = compose.padding_mismatch(s.name, got_k, want_k)
+            if m is not None:
+                what = "padding request" if k in pad_rows else f"slots beyond T = {c.rows[k].T} of {c.rows[k].source}"
+                out.append(f"composition {c.name!r}, row {k} ({what}): {m}")
+                break
+    return out
 
 
 def _summary(comps: list[Composition]) -> list[str]:

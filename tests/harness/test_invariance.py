@@ -70,6 +70,8 @@ for k, (inp, out) in enumerate(pairs):
             res["accepted_count"] += 1
         if mode == "padding" and comp.startswith("dup+pad"):
             res["status"][-1] = 9
+        if mode == "beyond" and comp.startswith("padded"):
+            res["accepted_path"][0, -1] = 3
         meta = {"op": op, "config": md["config"], "backend": backend, "device": "cpu"}
         if kernel:
             meta["kernel"] = ("cpu_" if backend == "cpu" else "") + kernel
@@ -147,7 +149,7 @@ def test_compositions_of_a_golden():
     assert sens == {5, 6} and any("#5, #6" in n for n in notes)
     for name in ("padded T=32", "padded T=18"):
         assert set(by[name].own) == set(range(8)) - sens
-        assert by[name].inputs["node_token_ids"].shape[1] == int(name.split("=")[1])
+        assert by[name].inputs["node_token_ids"].shape[1] == by[name].T == int(name.split("=")[1])
     mixed = by["mixed"]
     assert sum(i >= 0 for i in mixed.own) >= 6 and any(r.source.startswith("tree_accept/bad_links") for r in mixed.rows)
     dup = by["dup+pad B=32"]
@@ -187,6 +189,14 @@ def test_padding_request_outputs_are_held_to_the_documented_values(tmp_path):
     r = _run(tmp_path, gdir, "tree_accept/chain", {"FAKE_INV": "padding"})
     assert r.status == Status.MISMATCH
     assert "composition 'dup+pad B=16', row 15 (padding request): status[]: 9" in r.reason, r.reason
+
+
+def test_slots_beyond_a_requests_t_are_held_to_the_documented_values(tmp_path):
+    gdir = _subset(tmp_path, ["tree_accept/chain"])
+    r = _run(tmp_path, gdir, "tree_accept/chain", {"FAKE_INV": "beyond"})
+    assert r.status == Status.MISMATCH
+    assert ("composition 'padded T=64', row 0 (slots beyond T = 33 of tree_accept/chain#0): accepted_path[30]: 3, "
+            "documented -1 (1 differ)") in r.reason, r.reason
 
 
 def test_forced_kernel_reaches_every_composition(tmp_path):
