@@ -4,7 +4,9 @@
  * docs/ops/verify_attn.md; row-major tensors: q [B,T,H,Dqk] and kv_cache [B,S,Dqk] (float,
  * or uint16_t bf16 bits: dtype), prefix_len [B], tree_len [B] (i32), visibility [B,T,T]
  * (u8); outputs out [B,T,H,d_v] and lse [B,T,H] (f32, every element written).  Lengths
- * must be valid (verify_attn_lengths_ok): the kernels trust them.
+ * must be valid (verify_attn_lengths_ok) for the CPU core, which trusts them (its entries
+ * check them first); the CUDA kernels check each request's on the device (a failing
+ * request: out and lse NaN, recorded; verify_attn_launch.h).
  */
 #ifndef KDTR_VERIFY_ATTN_PARAMS_H
 #define KDTR_VERIFY_ATTN_PARAMS_H

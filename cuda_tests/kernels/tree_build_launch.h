@@ -33,13 +33,16 @@ size_t tree_build_smem_bytes(int64_t N, int64_t D, int64_t K, int32_t kernel);
 
 // The most dynamic shared memory `kernel`'s build kernel may use on `device`: the device's
 // opt-in maximum per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) less the kernel's
-// static shared memory.  About 227 KiB on H100/H200.
+// static shared memory.  About 227 KiB on H100/H200.  Asked once per device (ordinals
+// 0-63) and cached for the process's life.
 cudaError_t tree_build_smem_available(int device, int32_t kernel, size_t* bytes);
 
 // Allow `kernel`'s build kernel `smem_bytes` of dynamic shared memory on the current
 // device (cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize); needed above
 // 48 KiB).  Call once per device before launch_tree_build; smem_bytes must not exceed
-// tree_build_smem_available().
+// tree_build_smem_available().  The limit set is cached per device and only raised: a
+// call at or below it returns at once (a process that calls cudaDeviceReset must not
+// launch again).
 cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes);
 
 // The kernel-choice policy, the one of the binaries and libkdtr_kernels.so: the build

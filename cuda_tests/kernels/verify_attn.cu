@@ -13,7 +13,10 @@
 // i >= tree_len are never loaded (their q rows are not read); they and rows with no
 // visible key end with out = 0 and lse = -inf.  Blocks with only such rows skip the
 // loop.  Cache rows >= L are zero-filled, never read; visibility is read only at
-// [i < tree_len][j < tree_len].
+// [i < tree_len][j < tree_len].  Each block first checks its request's lengths
+// (length_fault, verify_attn_device.cuh; verify_attn_launch.h, "The device-side length
+// check"): a failing request's blocks write NaN rows, read nothing of it and record it in
+// the device error record (g_device_errors below), which device_errors reads.
 //
 //   mma  (bf16 inputs): 8 warps, Q tile (64 x Dqk) and two KV tiles (64 x Dqk, cp.async
 //        double buffer) in shared memory, XOR-swizzled 16-byte chunks for conflict-free

@@ -1,6 +1,11 @@
 // verify_attn_device.cuh -- device helpers shared by the verify_attn CUDA kernels
 // (verify_attn.cu: simt and mma; verify_attn_sm90.cu: wgmma).  nvcc only.
 //
+// The length check (verify_attn_launch.h, "The device-side length check"): every kernel
+// gets a VerifyAttnCheck (the device's error record, the launch's rule), checks its
+// request with length_fault before any load of it, and a failing request's blocks take
+// request_failed (NaN rows, the record claimed by its first block).
+//
 // NaN and infinities (docs/ops/verify_attn.md, "NaN and infinities"; verify_attn.cuh).
 // Every kernel keeps the running max with verify_attn_max (NaN propagates; fmaxf would
 // drop it), so a NaN or +inf visible score leaves l = NaN through alpha and P, and the
