@@ -53,15 +53,14 @@ EAGER_TARGET_US = 15.0
 REPLAY_TARGET = 1.10
 
 
-def cases(torch):
-    """(label, op, shape text, kdtr.kernels kwargs, torch.ops positional args)."""
+def cases(torch, dev: str = "cuda"):
+    """(label, op, shape text, kdtr.kernels kwargs, torch.ops positional args), on ``dev``."""
     from kdtr.generators import gen_tree_build_refs as build_gen
 
     rng = np.random.default_rng(5)
-    dev = "cuda"
 
     def t(a):
-        return torch.from_numpy(np.array(a)).to(dev)
+        return torch.from_numpy(np.array(a, order="C")).to(dev)  # a writable C-contiguous copy
 
     def build(b, d, k, n):
         lp, ids = build_gen.drafter_rows(rng, b, d, k)
