@@ -18,7 +18,8 @@ per op (the torch.library ops over them: :mod:`kdtr.torch_ops`, docs/torch.md)::
   array argument is a torch CUDA tensor, else ``"cpu"``. torch is imported only when an
   argument is a torch tensor.
 - A CUDA call makes no host synchronisation and no host-device copy, allocates nothing but
-  its outputs (none with ``out=``) and is legal during CUDA graph capture. The scalars
+  its outputs (none with ``out=``; greedy_step also its [B] ``tree_len`` workspace unless
+  ``out=`` holds one) and is legal during CUDA graph capture. The scalars
   (``sm_scale``, ``d_v``, ``max_budget``) are Python numbers, numpy scalars or CPU tensors;
   a CUDA tensor there is a ``ValueError`` (reading it would synchronize).
 - Every tensor argument is checked before the call: its type for the device, dtype, shape
