@@ -151,6 +151,15 @@ def test_fake_impl_shapes(name):
     assert got == want
 
 
+@pytest.mark.parametrize("name", OPS)
+def test_meta_tensors_give_the_output_shapes(name):
+    g = FIRST[name]
+    args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in op_args(g))
+    res = op(name)(*args)
+    assert all(t.device.type == "meta" for t in res)
+    assert [tuple(t.shape) for t in res] == [tuple(e.shape) for e in g.expected.values()]
+
+
 def test_fake_impl_checks_the_arguments():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
