@@ -153,8 +153,9 @@ SVG_OPS = ("tree_accept", "greedy_step")
 def draw_svg(r: CaseResult) -> Path | None:
     """The case's draft-tree SVG, drawn next to its obtained output by the hook; None when
     there is no hook, nothing to draw, or drawing fails in any way: a picture never stops
-    a report."""
-    if case_svg is None or r.case.op not in SVG_OPS or not r.output_file:
+    a report. A graph case has none: its output file holds two replays of a padded batch,
+    not the golden's shape."""
+    if case_svg is None or r.case.op not in SVG_OPS or not r.output_file or r.case.mode == "graph":
         return None
     try:
         return case_svg(r)

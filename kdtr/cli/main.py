@@ -234,7 +234,7 @@ def run(only, backends, kernel_specs, required, jobs, shard, tier, timeout, devi
     env["commit"] = report.git_commit(root)
     env["run_id"] = f"{env['date']} pid {os.getpid()}"
     env["selection"] = " ".join(shlex.quote(a) for a in _selection_args(only, backends, shard, tier, required,
-                                                                        kernel_specs))
+                                                                        kernel_specs, modes))
     env["bin_dir"] = str(cfg.bin_dir.resolve())
     try:
         paths = report.write_all(rdir, results, env, rset)
@@ -275,9 +275,10 @@ def _discard(rset: fsutil.ReportSet) -> None:
         pass
 
 
-def _selection_args(only, backends, shard, tier, required, kernel_specs=()) -> list[str]:
+def _selection_args(only, backends, shard, tier, required, kernel_specs=(), modes=()) -> list[str]:
     args = [a for pat in only for a in ("--only", pat)] + [a for b in backends for a in ("--backend", b)]
     args += [a for k in kernel_specs for a in ("--kernel", k)]
+    args += [f"--{m}" for m in modes]
     args += ["--shard", shard] if shard else []
     args += ["--tier", tier] if tier != "committed" else []
     return args + [a for b in required for a in ("--require-backend", b)]

@@ -98,9 +98,30 @@ class RunConfig:
         return self.devices or (self.device,)
 
 
+def _split_mode(pat: str) -> tuple[str, str | None]:
+    """``PATTERN#mode`` -> (``PATTERN``, ``mode``); a pattern without a ``#`` outside
+    brackets ("[#]" matches a literal #) -> (``PATTERN``, None).
+
+    Raises:
+        UsageError: the suffix is not a mode of :data:`MODES`.
+    """
+    hash_at, depth = -1, 0
+    for i, ch in enumerate(pat):
+        depth = 1 if ch == "[" else 0 if ch == "]" else depth
+        if ch == "#" and not depth:
+            hash_at = i
+    if hash_at < 0:
+        return pat, None
+    mode = pat[hash_at + 1 :]
+    if mode not in MODES:
+        raise UsageError(f"--only {pat!r}: unknown mode {mode!r} after '#' (modes: {', '.join(MODES)})")
+    return pat[:hash_at], mode
+
+
 def _split_pattern(pat: str) -> tuple[str, str | None]:
-    """``op[/config][@backend[:kernel]]`` -> (``op/config`` glob, ``backend`` or
-    ``backend:kernel`` or None)."""
+    """``op[/config][@backend[:kernel]][#mode]`` -> (``op/config`` glob, ``backend`` or
+    ``backend:kernel`` or None); the ``#mode`` suffix is :func:`_split_mode`'s."""
+    pat, _ = _split_mode(pat)
     at, depth = -1, 0  # the last "@" outside brackets ("[@]" matches a literal @)
     for i, ch in enumerate(pat):
         depth = 1 if ch == "[" else 0 if ch == "]" else depth
@@ -114,9 +135,12 @@ def _split_pattern(pat: str) -> tuple[str, str | None]:
     return (case_pat if "/" in case_pat else f"{case_pat}/*"), (column or None)
 
 
-def _matches(c: Case, full: str, column: str | None) -> bool:
-    """``@cuda`` matches every cuda case, forced kernels included; ``@cuda:K`` the case of K."""
-    return fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and column in (None, c.backend, c.column)
+def _matches(c: Case, full: str, column: str | None, mode: str | None = None) -> bool:
+    """``@cuda`` matches every cuda case, forced kernels and modes included; ``@cuda:K`` the
+    cases of K; a ``#mode`` suffix (``mode``) only the cases of that mode."""
+    col = c.column[: -len(c.mode) - 1] if c.mode else c.column  # without its #mode
+    return (fnmatch.fnmatchcase(f"{c.op}/{c.config}", full) and column in (None, c.backend, col)
+            and (mode is None or c.mode == mode))
 
 
 def select(
@@ -127,8 +151,9 @@ def select(
     """Keep the goldens whose ``op/config`` matches any of the glob patterns in ``only``.
 
     A pattern without ``/`` matches an op (``tree_accept`` = ``tree_accept/*``); a pattern
-    may end in ``@backend`` (the case ids that reports print: ``op/config@cpu``), which
-    :func:`select_cases` applies.
+    may end in ``@backend`` (the case ids that reports print: ``op/config@cpu``) and in
+    ``#graph`` / ``#invariance`` (``op/config@cpu#graph``, or ``op/config#graph`` for every
+    backend), which :func:`select_cases` applies.
 
     Raises:
         UsageError: a pattern names an unknown op or backend, or matches nothing.
@@ -161,20 +186,21 @@ def select_cases(cases: list[Case], only: Iterable[str] = ()) -> list[Case]:
     only = list(only)
     if not only:
         return cases
-    pats = [(pat, *_split_pattern(pat)) for pat in only]
-    for pat, full, column in pats:
-        if not any(_matches(c, full, column) for c in cases):
+    pats = [(pat, *_split_pattern(pat), _split_mode(pat)[1]) for pat in only]
+    for pat, full, column, mode in pats:
+        if not any(_matches(c, full, column, mode) for c in cases):
             raise UsageError(f"--only {pat!r} matches no case on the chosen backends"
-                             + (" and kernels (--kernel)" if column and ":" in column else ""))
-    return [c for c in cases if any(_matches(c, full, column) for _, full, column in pats)]
+                             + (" and kernels (--kernel)" if column and ":" in column else "")
+                             + (f" (a #{mode} case needs --{mode})" if mode else ""))
+    return [c for c in cases if any(_matches(c, full, column, mode) for _, full, column, mode in pats)]
 
 
 def literal_pattern(text: str) -> str:
-    """An ``--only`` pattern matching exactly ``text``: glob characters and ``@`` bracketed
-    (``[*]``), characters that cannot be typed (controls; see :mod:`kdtr.text`) as ``?``."""
+    """An ``--only`` pattern matching exactly ``text``: glob characters, ``@`` and ``#``
+    bracketed (``[*]``), characters that cannot be typed (controls; see :mod:`kdtr.text`) as ``?``."""
     out = []
     for ch in text:
-        if ch in "*?[]@":
+        if ch in "*?[]@#":
             out.append(f"[{ch}]")
         elif not ch.isprintable():
             out.append("?")
@@ -184,12 +210,17 @@ def literal_pattern(text: str) -> str:
 
 
 def rerun_line(case: Case, cfg: RunConfig) -> str:
-    """The shell command that reruns ``case`` alone, with the options it needs."""
+    """The shell command that reruns ``case`` alone, with the options it needs (a graph or
+    invariance case: its ``#mode`` pattern and ``--graph`` / ``--invariance``)."""
     pattern = f"{literal_pattern(case.op)}/{literal_pattern(case.config)}"
     device = _device_of(case, cfg)
     dev = ["--device", str(device)] if device is not None and device != 0 else []
     kernel = ["--kernel", f"{case.op}={case.kernel}"] if case.kernel else []
-    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *kernel, *cfg.rerun_args, *dev])
+    mode = [f"--{case.mode}"] if case.mode else []
+    if case.mode:
+        pattern += f"@{case.backend}#{case.mode}"
+    return shlex.join(["kdtr", "run", "--only", pattern, "--backend", case.backend, *kernel, *mode, *cfg.rerun_args,
+                       *dev])
 
 
 def _device_of(case: Case, cfg: RunConfig) -> int | None:
@@ -490,16 +521,17 @@ def plan_units(cases: list[Case], cfg: RunConfig, jobs: int = 1) -> list[list[Ca
     unit per case. Every cuda case comes out with its ``device`` set.
     """
     placed = _place_on_devices(cases, cfg.device_list(), cfg.batch)
-    units: dict[tuple[str, str, int | None, str | None], list[Case]] = {}
+    units: dict[tuple[str, str, int | None, str | None, str], list[Case]] = {}
     for i, c in enumerate(cases):
         device = None
         if c.backend == "cuda":
             device = c.device if c.device is not None else placed[c]
             c = replace(c, device=device)
-        key = (c.op, c.backend, device, c.kernel) if cfg.batch else (str(i), c.backend, device, c.kernel)
+        key = (c.op, c.backend, device, c.kernel, c.mode) if cfg.batch else (str(i), c.backend, device, c.kernel,
+                                                                                  c.mode)
         units.setdefault(key, []).append(c)
     out: list[list[Case]] = []
-    for (_, backend, _, _), cs in units.items():
+    for (_, backend, _, _, _), cs in units.items():
         if cfg.batch and backend == "cpu" and jobs > 1 and len(cs) > 1:
             out += _balanced(cs, min(jobs, len(cs)))
         else:

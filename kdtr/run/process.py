@@ -1,6 +1,8 @@
 """Running the test binaries: one process per case or one ``--batch`` process per op,
-backend, device and kernel; the batch protocol, bounded streams, time-outs, sanitizers,
-reruns of what a batch did not finish, and each case's verdict (:func:`kdtr.judge.judge`).
+backend, device, kernel and mode; the batch protocol, bounded streams, time-outs, sanitizers,
+reruns of what a batch did not finish, and each case's verdict (:func:`kdtr.judge.judge`;
+a graph case's: :func:`kdtr.run.graph.judge`, its input file built by
+:func:`kdtr.run.graph.build`).
 
 :func:`run_case` and :func:`run_all` never raise for a case's own failure: every outcome
 becomes a status (:mod:`kdtr.run.results`). Binary exit codes: docs/binaries.md.
@@ -21,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import children, fsutil, streams
+from ..errors import KdtrError
 from ..goldens import KNOWN_FAILURES
 from ..judge import Golden, GoldenError, judge
 from ..status import FAILING, Status
+from . import graph
 from .cases import SANITIZER_EXIT, Case, RunConfig, _device_of, binary_of, missing_binary, plan_units, rerun_line
 from .results import CaseResult
 
@@ -139,7 +143,7 @@ def _stream_binary(cmd: list[str], timeout: float, on_batch_line: Callable[[str]
 @dataclass
 class _Prepared:
     """A case ready to run: its golden (read once, vouched for), binary, output path and
-    result record."""
+    result record; for a graph case, its input file and plan (:mod:`kdtr.run.graph`)."""
 
     case: Case
     res: CaseResult
@@ -147,6 +151,12 @@ class _Prepared:
     binary: Path
     out_path: Path
     t0: float
+    graph: graph.GraphPlan | None = None
+
+    @property
+    def input_path(self) -> Path:
+        """What the binary reads: the golden, or a graph case's built input file."""
+        return self.graph.path if self.graph is not None else self.case.golden
 
 
 def _new_result(case: Case, cfg: RunConfig) -> CaseResult:
@@ -172,16 +182,30 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
         res.reason = missing_binary(cfg.bin_dir, case.op)
     else:
         kernel = f".{case.kernel}" if case.kernel else ""
-        out_path = cfg.out_dir / case.op / f"{case.config}.{case.backend}{kernel}.kdtr"
+        mode = f".{case.mode}" if case.mode else ""
+        stem = f"{case.config}.{case.backend}{kernel}"
+        out_path = cfg.out_dir / case.op / f"{stem}{mode}.kdtr"
         try:  # no link below out_dir is followed; a previous output (never a link's target) goes
             fsutil.make_dirs(cfg.out_dir, case.op)
             fsutil.remove_stale_output(out_path)
         except OSError as exc:
             res.reason = str(exc) if isinstance(exc, fsutil.UnsafePath) else f"{out_path}: {exc.strerror or exc}"
             return None
+        plan = None
+        if case.mode == "graph":
+            try:
+                plan = graph.build(golden, graph.input_path(cfg.out_dir, case.op, stem))
+            except fsutil.UnsafePath as exc:
+                res.reason = str(exc)
+                return None
+            except (ValueError, KeyError, KdtrError, OSError) as exc:
+                res.reason = f"cannot build the --graph input of {golden.id}: {exc}"
+                return None
         res.output_file = str(out_path)
         res.golden = golden
-        return _Prepared(case, res, golden, binary, out_path, t0)
+        if plan is not None:
+            res.detail = f"graph at {plan.shape_text()}"
+        return _Prepared(case, res, golden, binary, out_path, t0, plan)
     return None
 
 
@@ -195,11 +219,11 @@ def _sanitizer_prefix(case: Case, cfg: RunConfig) -> list[str]:
 def _backend_args(case: Case, cfg: RunConfig) -> list[str]:
     device = _device_of(case, cfg)
     return (["--backend", case.backend] + (["--device", str(device)] if device is not None else [])
-            + (["--kernel", case.kernel] if case.kernel else []))
+            + (["--kernel", case.kernel] if case.kernel else []) + (["--graph"] if case.mode == "graph" else []))
 
 
 def _single_command(p: _Prepared, cfg: RunConfig) -> list[str]:
-    return [*_sanitizer_prefix(p.case, cfg), str(p.binary), "--input", str(p.case.golden),
+    return [*_sanitizer_prefix(p.case, cfg), str(p.binary), "--input", str(p.input_path),
             "--output", str(p.out_path), *_backend_args(p.case, cfg)]
 
 
@@ -251,12 +275,16 @@ def _conclude(p: _Prepared, cfg: RunConfig, rc: int, last_line: str, stdout: str
     if st is not None:
         p.res.status, p.res.reason = st
         return
-    v = judge(p.golden, p.out_path, kernel=forced_kernel_name(p.case))
+    if p.graph is not None:
+        v = graph.judge(p.graph, p.golden, p.out_path, kernel=forced_kernel_name(p.case))
+    else:
+        v = judge(p.golden, p.out_path, kernel=forced_kernel_name(p.case))
     p.res.status, p.res.reason, p.res.outputs = v.status, v.reason, v.results
     if p.case.kernel and "kernel" in v.metadata:
-        p.res.detail = f"ran {v.metadata['kernel']}"
+        ran = f"ran {v.metadata['kernel']}"
         if "select_fallbacks" in v.metadata:  # requests the select build handed to the heap build
-            p.res.detail += f"; select_fallbacks {v.metadata['select_fallbacks']}"
+            ran += f"; select_fallbacks {v.metadata['select_fallbacks']}"
+        p.res.detail = f"{p.res.detail}; {ran}" if p.res.detail else ran
 
 
 _NO_WRITE = "a test binary must not write to its --input (docs/harness.md)"
@@ -330,7 +358,7 @@ def _run_batch(prepared: list[_Prepared], cfg: RunConfig) -> tuple[list[CaseResu
     first = prepared[0]
     cmd = [*_sanitizer_prefix(first.case, cfg), str(first.binary), "--batch"]
     for p in prepared:
-        cmd += ["--input", str(p.case.golden), "--output", str(p.out_path)]
+        cmd += ["--input", str(p.input_path), "--output", str(p.out_path)]
     cmd += _backend_args(first.case, cfg)
     judged: dict[int, CaseResult] = {}
     expected_rc = [0]

@@ -53,6 +53,7 @@ class CaseResult:
             "config": self.case.config,
             "backend": self.case.backend,
             "kernel": self.case.kernel,
+            "mode": self.case.mode,
             "device": self.device,
             "process": self.process,
             "golden": str(self.case.golden),
