@@ -386,3 +386,26 @@ def test_check_without_a_device_record_returns():
     assert kernels.has_device_checks() == L._kdtr_device_checks
     if not L._kdtr_device_checks:
         assert kernels.check() is None
+
+
+def test_the_bindings_benchmark_builds_valid_calls():
+    """bench/bench_bindings.py's cases (made here on the CPU) are calls the ops take: every
+    tensor contiguous, the kdtr.kernels arguments and the torch.ops arguments checked by
+    output_specs and the fake impls (nothing is run but the small tree_build the cases use)."""
+    import importlib.util
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("bench_bindings", REPO_ROOT / "bench" / "bench_bindings.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    made = bench.cases(torch, "cpu")
+    assert [c[0] for c in made] == ["tree_build", "verify_attn", "verify_attn K2", "tree_accept", "greedy_step"]
+    for label, name, _, kin, targs in made:
+        specs = kernels.output_specs(name, kin, max_budget=kin.get("max_budget"))
+        with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+            fargs = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in targs)
+            res = op(name)(*fargs)
+        assert [tuple(t.shape) for t in res] == [s for _, s in specs.values()], label
