@@ -432,5 +432,12 @@ def test_cuda_bad_inputs(lib):
     tv = _cuda_inputs(torch, v)
     pl = tv["prefix_len"].clone()
     pl[0] = -3
-    with pytest.raises(ValueError, match=r"verify_attn: prefix_len: request 0: prefix_len -3 is negative"):
-        kernels.verify_attn(**dict(tv, prefix_len=pl))
+    # CUDA: the lengths are checked on the device (no host copy): the call returns, the bad
+    # request's rows are NaN, and kernels.check() names it (docs/binaries.md "Device-side checks")
+    kernels.check()
+    res = kernels.verify_attn(**dict(tv, prefix_len=pl))
+    assert bool(torch.isnan(res["out"][0]).all()) and bool(torch.isnan(res["lse"][0]).all())
+    with pytest.raises(kernels.KernelError, match=r"verify_attn: request 0: prefix_len -3 is negative") as exc:
+        kernels.check()
+    assert exc.value.request == 0 and exc.value.field == "prefix_len"
+    kernels.check()  # cleared
