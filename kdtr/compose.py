@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import name_of_dtype
+from .dtypes import DTYPE_BY_NAME, name_of_dtype
 from .ops import OPS, OpSpec
 
 __all__ = [
@@ -301,8 +301,6 @@ def batch(op: str, reqs: Sequence[Request], *, T: int | None = None, S: int | No
     sizes.update({"B": b, "T": t})
     if s_val is not None:
         sizes["S"] = s_val
-    from .dtypes import DTYPE_BY_NAME
-
     out: dict[str, np.ndarray] = {}
     for sp in spec.inputs:
         dt = DTYPE_BY_NAME[first.scalars[f"dtype.{sp.name}"]].numpy
@@ -330,10 +328,6 @@ def batch(op: str, reqs: Sequence[Request], *, T: int | None = None, S: int | No
     if "dtype" in first.scalars:
         meta["dtype"] = first.scalars["dtype"]
     return out, meta
-
-
-def _out_t_axes(sp) -> list[int]:
-    return [i - 1 for i, d in enumerate(sp.dims) if d == "T"]
 
 
 def live_outputs(op: str, outputs: Mapping[str, np.ndarray], reqs: Sequence[Request]) -> list[dict[str, np.ndarray]]:
