@@ -27,8 +27,12 @@ only B and S are padded.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,10 +57,41 @@ the binary's output file (docs/binaries.md, "Graph replay")."""
 
 REPLAYS = 2
 
-# The reference (kdtr.ops) of the padding outputs runs one at a time: the cases of a run are
-# judged in threads, and concurrent BLAS calls (each with its own thread pool) oversubscribe
-# the cores so badly that a run of seconds takes many minutes.
+# The reference (kdtr.ops) of the padding outputs runs one at a time and on one BLAS thread:
+# the cases of a run are judged in threads while binaries run, and OpenBLAS's thread pool
+# (its threads spin while waiting) then oversubscribes the cores so badly that a reference
+# call of a second takes minutes.
 _REFERENCE_LOCK = threading.Lock()
+
+
+def _openblas_threads() -> tuple[Any, Any] | None:
+    """(set, get) of the OpenBLAS that numpy loaded (numpy's wheels bundle scipy-openblas),
+    or None where there is none or it cannot be found."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
+        for lib in libs:
+            dll = ctypes.CDLL(lib)
+            for suffix in ("scipy_openblas_%s_num_threads64_", "openblas_%s_num_threads64_", "openblas_%s_num_threads"):
+                if hasattr(dll, suffix % "set") and hasattr(dll, suffix % "get"):
+                    return getattr(dll, suffix % "set"), getattr(dll, suffix % "get")
+    except OSError:
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def _one_reference_at_a_time() -> Iterator[None]:
+    with _REFERENCE_LOCK:
+        blas = _openblas_threads()
+        before = blas[1]() if blas else None
+        if blas:
+            blas[0](1)
+        try:
+            yield
+        finally:
+            if blas and before:
+                blas[0](int(before))
 
 
 @dataclass
@@ -164,7 +199,7 @@ def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray]) -
     rows = pad_rows + live_rows
     if not rows:
         return problems
-    with _REFERENCE_LOCK:
+    with _one_reference_at_a_time():
         want = compose.padding_outputs(op, plan.inputs[k], plan.meta, rows)
     for sp in spec.outputs:
         got_all = outputs[sp.name]
