@@ -9,6 +9,8 @@ responsibility:
 - :mod:`kdtr.run.process`: running the binaries (single or ``--batch``), streams,
   time-outs, sanitizers, reruns, verdicts (:func:`run_case`, :func:`run_all`);
 - :mod:`kdtr.run.results`: :class:`CaseResult`, statuses, :func:`exit_code`;
+- :mod:`kdtr.run.graph`: ``kdtr run --graph``: a graph case's padded input file and its
+  verdict over both replays;
 - :mod:`kdtr.run.lock`: :class:`ReportDirLock`.
 
 Discovery of the goldens, the manifest check and the waivers are :mod:`kdtr.goldens`'s;
@@ -20,7 +22,7 @@ from ..children import Terminated, install_signal_handlers
 from ..goldens import KNOWN_FAILURES, UsageError, check_manifest, discover, load_known_failures, stale_waivers
 from ..judge import output_limit
 from ..status import FAILING, Status
-from . import cases, lock, process, results
+from . import cases, graph, lock, process, results
 from .cases import (
                     AUTO,
                     BACKENDS,
@@ -64,7 +66,7 @@ __all__ = [
     "AUTO", "BACKENDS", "BATCH_TAG", "EXIT_INPUT", "EXIT_NOT_SUPPORTED", "EXIT_RUNTIME", "FAILING", "KNOWN_FAILURES",
     "REPORT_LOCK", "SANITIZERS", "SANITIZER_EXIT", "STATUSES", "TAMPERED", "Case", "CaseResult", "GoldenStore",
     "ReportDirLock", "RunConfig", "Status", "Terminated", "UsageError", "binary_of", "cases", "check_manifest",
-    "default_bin_dir", "default_jobs", "discover", "exit_code", "install_signal_handlers", "literal_pattern",
+    "default_bin_dir", "default_jobs", "discover", "exit_code", "graph", "install_signal_handlers", "literal_pattern",
     "load_known_failures", "lock", "missing_binaries", "missing_binaries_line", "missing_binary", "output_limit",
     "parse_devices", "parse_kernels", "plan", "plan_units", "process", "rerun_line", "results", "run_all",
     "run_case", "select", "select_cases", "shard", "stale_waivers", "visible_devices",

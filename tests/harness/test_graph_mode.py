@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT, golden_subset, op_binary
 
 import kdtr
+from conftest import REPO_ROOT, golden_subset, op_binary
 from kdtr import compose
 from kdtr.cli.main import main
 from kdtr.judge import Golden
