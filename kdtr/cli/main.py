@@ -94,7 +94,8 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @main.command()
 @click.option("--only", "only", multiple=True, metavar="PATTERN",
               help="op, op/config glob or case id op/config@backend (repeatable), e.g. tree_accept, "
-                   "'tree_accept/ch*', tree_accept/chain@cuda.")
+                   "'tree_accept/ch*', tree_accept/chain@cuda; a #graph or #invariance suffix selects that mode's "
+                   "cases (tree_accept/chain@cpu#graph, '*#graph').")
 @click.option("--backend", "backends", multiple=True, type=click.Choice(runner.BACKENDS),
               help="Backend to run (repeatable); default: all.")
 @click.option("--kernel", "kernel_specs", multiple=True, metavar="OP=K[,K...]",
