@@ -16,9 +16,10 @@ writes both replays' outputs (``replay1.<name>``, ``<name>``).
 :func:`judge` then holds, for each replay, the live requests (back in the golden's order) to
 the golden's expected outputs under its contracts (:func:`kdtr.judge.judge`), and the
 padding rows and the slots beyond each request's own T exactly to the documented values
-(:func:`kdtr.compose.padding_outputs`, :func:`kdtr.compose.padding_mismatch`: a NaN matches
-any NaN). PASS only if all of it holds; the first failure names the replay, the request (or
-padding row) and the output.
+(:func:`kdtr.compose.padding_outputs` of the padding rows, :func:`kdtr.compose.beyond_outputs`
+for the slots beyond T; :func:`kdtr.compose.padding_mismatch`: a NaN matches any NaN). PASS
+only if all of it holds; the first failure names the replay, the request (or padding row)
+and the output.
 
 A golden with a request whose outputs may depend on T (:func:`kdtr.compose.t_sensitive`:
 tree_build's budget over its N, tree_accept's node_count outside [0, T - 1]) keeps its own T:
@@ -200,11 +201,16 @@ def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray]) -
     if not rows:
         return problems
     with _one_reference_at_a_time():
-        want = compose.padding_outputs(op, plan.inputs[k], plan.meta, rows)
+        # the padding rows: the reference on those rows of this replay's inputs; the slots
+        # beyond a live request's own T: the documented values (a padding request's, so the
+        # reference never runs on a live request, whatever its size)
+        want = compose.padding_outputs(op, plan.inputs[k], plan.meta, pad_rows) if pad_rows else {}
+        beyond = compose.beyond_outputs(op, plan.reqs[k][0], plan.Tp) if live_rows else {}
     for sp in spec.outputs:
         got_all = outputs[sp.name]
         for j, row in enumerate(rows):
-            got, ref = np.asarray(got_all[row]), np.asarray(want[sp.name][j])
+            got = np.asarray(got_all[row])
+            ref = np.asarray(want[sp.name][j] if row >= plan.B else beyond[sp.name])
             if row >= plan.B:
                 what = f"padding request (batch row {row})"
             else:

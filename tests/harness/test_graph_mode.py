@@ -30,7 +30,8 @@ from kdtr.run import Case, RunConfig, UsageError, graph, plan, rerun_line, selec
 # outputs of both replays on one set of buffers (replay 2 starts from replay 1's outputs).
 # $FAKE_GRAPH_FAULT: leak (replay 2's row 0 outputs are replay 1's), padding (the last
 # batch row's first output element changed), unwritten (replay 2 leaves element 0 of the
-# first output of row 1 as replay 1 left it), ignore (--graph ignored: the eager outputs of
+# first output of row 1 as replay 1 left it), beyond (replay 2 writes 5 into the last slot of
+# row 0 of the second output, beyond the golden's T), ignore (--graph ignored: the eager outputs of
 # input.* only).
 FAKE = r'''#!{python}
 import os, sys
@@ -72,6 +73,8 @@ def run(src, dst):
         flat = lambda a: a.reshape(a.shape[0], -1)  # a view: rows by elements
         if fault == "unwritten":
             flat(second[names[0]])[1, 0] = flat(first[names[0]])[1, 0]
+        if fault == "beyond":
+            flat(second[names[1]])[0, -1] = 5
         if fault == "padding":
             for out in (first, second):
                 flat(out[names[0]])[-1, 0] += 7
@@ -155,6 +158,7 @@ def test_the_fake_passes_eager_and_graph_cases_as_their_own_columns(fake_env, mo
     ("leak", ["replay 2, request 0", "accepted_count"]),
     ("unwritten", ["replay 2, request 1", "accepted_count"]),
     ("padding", ["replay 1, padding request (batch row 7)", "accepted_count"]),
+    ("beyond", ["replay 2, request 0 (batch row 0) beyond its T = 33: accepted_path[63]: 5, documented -1"]),
     ("ignore", ["replay 1: output replay1.accepted_count missing"]),
 ])
 def test_what_an_engine_would_suffer_from_is_a_mismatch_naming_it(fake_env, monkeypatch, fault, words):
