@@ -91,7 +91,7 @@ def _mismatch_lines(r: CaseResult) -> list[str]:
 def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
     """JUnit XML: one testsuite per op, one testcase per case; statuses kept in properties.
 
-    MISMATCH -> <failure>, CRASH / TIMEOUT / ERROR -> <error>, NOT_SUPPORTED / WAIVED -> <skipped>.
+    MISMATCH / NOT_INVARIANT -> <failure>, CRASH / TIMEOUT / ERROR -> <error>, NOT_SUPPORTED / WAIVED -> <skipped>.
     Every attribute and text is escaped (:mod:`kdtr.text`), so the file is well-formed XML
     whatever names, paths or stderr it reports.
     """
@@ -111,7 +111,7 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
             "testsuite",
             name=printable(op),
             tests=str(len(rs)),
-            failures=str(c[Status.MISMATCH]),
+            failures=str(c[Status.MISMATCH] + c[Status.NOT_INVARIANT]),
             errors=str(c[Status.CRASH] + c[Status.TIMEOUT] + c[Status.ERROR]),
             skipped=str(c[Status.NOT_SUPPORTED] + c[Status.WAIVED]),
             time=f"{sum(r.seconds for r in rs):.3f}",
@@ -132,8 +132,8 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
                     ET.SubElement(props, "property", name="detail", value=printable(r.detail))
             ET.SubElement(props, "property", name="rerun", value=printable(r.rerun))
             text = "\n".join(mismatch_lines(r))
-            if r.status == Status.MISMATCH:
-                ET.SubElement(tc, "failure", type=Status.MISMATCH.value, message=printable(r.reason)[:500]).text = text
+            if r.status in (Status.MISMATCH, Status.NOT_INVARIANT):
+                ET.SubElement(tc, "failure", type=r.status.value, message=printable(r.reason)[:500]).text = text
             elif r.status in ERRORED:
                 ET.SubElement(tc, "error", type=r.status, message=printable(r.reason)[:500]).text = text
             elif r.status in SKIPPED:

@@ -50,6 +50,7 @@ STATUS_STYLE = {
     Status.ERROR: "bold magenta",
     Status.NOT_SUPPORTED: "dim",
     Status.WAIVED: "yellow",
+    Status.NOT_INVARIANT: "bold red",
 }
 
 

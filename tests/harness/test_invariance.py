@@ -250,9 +250,6 @@ def test_cpu_cores_are_invariant_end_to_end(tmp_path):
         "padded T=32 S=128" in inv["verify_attn/ragged@cpu#invariance"]["detail"]
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="kdtr/cli/main.py STATUS_STYLE has no entry for NOT_INVARIANT (KeyError when the CLI "
-                          "prints the case); remove this mark with that one-line fix")
 @pytest.mark.parametrize("gid", ["tree_accept/chain"])
 def test_not_invariant_fails_the_run_through_the_cli(tmp_path, gid):
     gdir = _subset(tmp_path, [gid])
@@ -263,6 +260,13 @@ def test_not_invariant_fails_the_run_through_the_cli(tmp_path, gid):
     assert cases[f"{gid}@cpu#invariance"]["status"] == "NOT_INVARIANT"
     assert cases[f"{gid}@cpu"]["status"] == "MISMATCH"  # the eager case sees the wrong row 1 too
     assert res.exit_code == 1
+    # JUnit: a NOT_INVARIANT case is a <failure> of that type, counted in the suite's failures
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(tmp_path / "reports" / "junit.xml").getroot().find("testsuite")
+    fails = [tc.find("failure") for tc in suite.iter("testcase") if tc.get("name", "").endswith("#invariance]")]
+    assert [f.get("type") for f in fails if f is not None] == ["NOT_INVARIANT"]
+    assert suite.get("failures") == "2"  # the eager MISMATCH and the NOT_INVARIANT
 
 
 def test_sanitizer_report_names_the_composition(tmp_path):
