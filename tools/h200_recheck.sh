@@ -43,21 +43,29 @@ if [ "$STEP" = check ]; then
   python3 -m pytest -q -p no:cacheprovider tests/harness/test_host_independence.py tests/unit/test_bf16.py > "$W/pytest.log" 2>&1
   note "pytest host-independence + bf16: exit $?; $(tail -1 "$W/pytest.log")"
 elif [ "$STEP" = engine ]; then
+  # each step bounded (ENGINE_STEP_S seconds) so that one slow step still leaves the others' results
+  lim=${ENGINE_STEP_S:-170}
   make -j"$(nproc)" build lib > "$W/build.log" 2>&1
   note "build: exit $?; $(tail -1 "$W/build.log")"
-  K=(--kernel verify_attn=all --kernel greedy_step=all --kernel tree_build=all)
-  python3 -m kdtr.cli run --graph --invariance --backend cuda --tier all --timeout 600 --report-dir "$W/engine" \
-    --kernel verify_attn=auto,simt,mma,wgmma --kernel greedy_step=auto,simt,mma,wgmma --kernel tree_build=auto,heap,select \
-    > "$W/engine.log" 2>&1
+  K=(--kernel verify_attn=auto,simt,mma,wgmma --kernel greedy_step=auto,simt,mma,wgmma --kernel tree_build=auto,heap,select)
+  timeout "$lim" python3 -m kdtr.cli run --graph --invariance --backend cuda --timeout 300 --report-dir "$W/engine" \
+    "${K[@]}" > "$W/engine.log" 2>&1
   note "kdtr run --graph --invariance, every kernel: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/engine.log" | tail -1)"
-  python3 -m kdtr.cli run --graph --invariance --backend cuda --sanitizer memcheck --timeout 600 \
+  grep -E '^(NOT_INVARIANT|MISMATCH|CRASH|ERROR|TIMEOUT) ' "$W/engine.log" | head -20 >> "$sum"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests > "$W/pytest-gpu.log" 2>&1
+  note "pytest -m gpu: exit $?; $(tail -1 "$W/pytest-gpu.log")"
+  grep -E '^(FAILED|ERROR) ' "$W/pytest-gpu.log" | head -10 >> "$sum"
+  timeout 90 python3 bench/bench_bindings.py > "$OUT/bench_bindings.log" 2>&1
+  note "bench_bindings: exit $?"
+  timeout "$lim" python3 -m kdtr.cli run --graph --invariance --backend cuda --sanitizer memcheck --timeout 300 \
     --report-dir "$W/engine-memcheck" "${K[@]}" > "$W/engine-memcheck.log" 2>&1
   note "kdtr run --graph --invariance --sanitizer memcheck: exit $?; $(grep -E '^PASS|^[A-Z_]+ [0-9]' "$W/engine-memcheck.log" | tail -1)"
-  python3 -m pytest -q -p no:cacheprovider -m gpu tests > "$W/pytest-gpu.log" 2>&1
-  note "pytest -m gpu: exit $?; $(tail -1 "$W/pytest-gpu.log")"
-  python3 bench/bench_bindings.py > "$W/bench_bindings.log" 2>&1
-  note "bench_bindings: exit $?"
-  cp "$W/bench_bindings.log" "$OUT/" 2>/dev/null
+  grep -E '^(NOT_INVARIANT|MISMATCH|CRASH|ERROR|TIMEOUT) ' "$W/engine-memcheck.log" | head -20 >> "$sum"
+  for f in engine engine-memcheck pytest-gpu; do gzip -c "$W/$f.log" > "$OUT/$f.log.gz"; done
+  cp "$W/engine/conformance.md" "$OUT/engine-conformance.md" 2>/dev/null
+  cp "$W/engine-memcheck/conformance.md" "$OUT/engine-memcheck-conformance.md" 2>/dev/null
+  cat "$sum"
+  exit 0
 else
   { date -u; nproc; g++ --version | head -1; } > "$W/mutate-env.txt" 2>&1
   python3 -m kdtr.cli mutate -j "$(nproc)" --report-dir "$W/mutation" > "$W/mutate.log" 2>&1
