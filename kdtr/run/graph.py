@@ -2,16 +2,20 @@
 replayed twice, as an engine runs an op (docs/harness.md, "Graph replay").
 
 For a case of mode ``"graph"`` (:attr:`kdtr.run.cases.Case.mode`) :func:`build` writes the
-binary's input file: two data sets of one padded shape (B rounded up to the next capture
-size, :func:`kdtr.compose.capture_size`, and T and S the same way; the extra rows are
-padding requests, :func:`kdtr.compose.padding_request`), the first replay's inputs named
-``replay1.<name>`` (the golden's requests rotated by one row, so that every live row's data
-changes between the replays when B > 1), the second's ``input.<name>`` (the golden's order).
-Every padding region (padding rows, slots beyond a request's own T or S) holds the same
-stale-looking data in both sets: the poison of :func:`kdtr.compose.batch` (NaN in floats,
-bytes 0x5a in integers and visibility). The binary (``kdtr_<op> --graph``, docs/binaries.md
-"Graph replay") runs both sets on one set of buffers, the outputs not cleared in between, and
-writes both replays' outputs (``replay1.<name>``, ``<name>``).
+binary's input file: two data sets of one padded shape (B, T and S each rounded up to the
+smallest capture size above the golden's own, :func:`kdtr.compose.capture_size`, so that
+there is always at least one padding request and one slot beyond T and S; the extra rows are
+padding requests, :func:`kdtr.compose.padding_request`). The second replay's inputs are named
+``input.<name>`` (the golden's requests in order, then the padding requests), the first
+replay's ``replay1.<name>``: the same rows rotated by one over the whole batch, so that every
+batch row holds another request in each replay (a live row becomes a padding one and a
+padding row a live one, for any B, 1 included). The first replay's unfilled slots (padding
+requests' stale inputs, slots beyond a request's own T or S) hold the poison of
+:func:`kdtr.compose.batch` (NaN in floats, bytes 0x5a in integers and visibility); the
+second's hold what the first left there (as an engine writes its live slots over the last
+step's buffers). The binary (``kdtr_<op> --graph``, docs/binaries.md "Graph replay") runs
+both sets on one set of buffers, the outputs not cleared in between, and writes both
+replays' outputs (``replay1.<name>``, ``<name>``).
 
 :func:`judge` then holds, for each replay, the live requests (back in the golden's order) to
 the golden's expected outputs under its contracts (:func:`kdtr.judge.judge`), and the
@@ -103,8 +107,10 @@ class GraphPlan:
         path: the binary's input file.
         B, T, S: the golden's B, own T and S (S None for ops without a cache).
         Bp, Tp, Sp: the padded (captured) B, T and S.
-        order: per replay, the golden request of each live row (replay 1: rotated by one).
-        reqs: per replay, the batch's requests row by row (live, then padding).
+        order: per replay, per batch row, the golden request it holds, or -1 for a padding
+            request (replay 2: the requests in order, then padding; replay 1: that rotated
+            by one row over all rows).
+        reqs: per replay, the batch's requests row by row.
         inputs: per replay, the inputs of its data set (name without ``input.``).
         meta: the metadata the binary reads (op, config, max_budget, dtype).
     """
@@ -130,6 +136,18 @@ def build(golden: Golden, path: Path) -> GraphPlan:
     """Write the ``--graph`` input file of ``golden`` to ``path`` (atomically; its directory
     must exist) and return the plan.
 
+    The padded shape: B, T and S each rounded up to the smallest capture size *above* the
+    golden's own (:func:`kdtr.compose.capture_size` of B + 1, T + 1, S + 1; greedy_step's S
+    to hold prefix_len + T at the padded T), so that every graph case has padding requests
+    and slots beyond its own T and S whatever its B; T stays the golden's where a request's
+    outputs may depend on it (:func:`kdtr.compose.t_sensitive`). Replay 2 holds the live
+    requests in the golden's order, then the padding requests; replay 1 is that batch
+    rotated by one row over all its rows (row i holds what row i + 1 holds in replay 2, the
+    last row request 0), so that every batch row's request changes between the replays: a
+    live row becomes padding and a padding row live. Replay 1's unfilled slots are the
+    poison of :func:`kdtr.compose.batch`; replay 2's are replay 1's values (an engine writes
+    the live slots and the padding requests' fields over what the last step left).
+
     Raises:
         ValueError: the golden's inputs cannot be taken apart or batched (:mod:`kdtr.compose`),
             or it has no request.
@@ -142,22 +160,24 @@ def build(golden: Golden, path: Path) -> GraphPlan:
     b = len(reqs)
     t = reqs[0].T
     s = reqs[0].S
-    bp = compose.capture_size(b)
-    tp = t if any(compose.t_sensitive(r) for r in reqs) else compose.capture_size(t)
-    pad = [compose.padding_request(op, reqs[0]) for _ in range(bp - b)]
-    order2 = list(range(b))
-    order1 = [(i + 1) % b for i in range(b)]
+    bp = compose.capture_size(b + 1)
+    tp = t if any(compose.t_sensitive(r) for r in reqs) else compose.capture_size(t + 1)
+    pad = compose.padding_request(op, reqs[0])
+    order2 = list(range(b)) + [-1] * (bp - b)
+    order1 = [order2[(i + 1) % bp] for i in range(bp)]
     s_need = None
     if s is not None:  # the smallest S both batches need (greedy_step: prefix_len + T), rounded up
         need = max(int(r.S or 0) for r in reqs)
         if op == "greedy_step":
             need = max(need, max(int(r.arrays["prefix_len"]) for r in reqs) + tp)
-        s_need = compose.capture_size(need)
+        s_need = compose.capture_size(need + 1)
     batches = []
+    stale = None
     for order in (order1, order2):
-        rows = [reqs[i] for i in order] + pad
-        inputs, meta = compose.batch(op, rows, T=tp, S=s_need)
+        rows = [reqs[i] if i >= 0 else pad for i in order]
+        inputs, meta = compose.batch(op, rows, T=tp, S=s_need, stale=stale)
         batches.append((rows, inputs, meta))
+        stale = inputs
     meta = dict(batches[1][2])
     meta["config"] = golden.config
     tensors: dict[str, np.ndarray] = {}
@@ -195,30 +215,33 @@ def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray]) -
     op = plan.meta["op"]
     spec = OPS[op]
     problems: list[str] = []
-    pad_rows = list(range(plan.B, plan.Bp))
-    live_rows = list(range(plan.B)) if plan.Tp > plan.T else []
+    order = plan.order[k]
+    pad_rows = [row for row, i in enumerate(order) if i < 0]
+    live_rows = [row for row, i in enumerate(order) if i >= 0] if plan.Tp > plan.T else []
     rows = pad_rows + live_rows
     if not rows:
         return problems
+    like = next(r for r in plan.reqs[k] if not r.is_padding)
     with _one_reference_at_a_time():
         # the padding rows: the reference on those rows of this replay's inputs; the slots
         # beyond a live request's own T: the documented values (a padding request's, so the
         # reference never runs on a live request, whatever its size)
         want = compose.padding_outputs(op, plan.inputs[k], plan.meta, pad_rows) if pad_rows else {}
-        beyond = compose.beyond_outputs(op, plan.reqs[k][0], plan.Tp) if live_rows else {}
+        beyond = compose.beyond_outputs(op, like, plan.Tp) if live_rows else {}
     for sp in spec.outputs:
         got_all = outputs[sp.name]
         for j, row in enumerate(rows):
             got = np.asarray(got_all[row])
-            ref = np.asarray(want[sp.name][j] if row >= plan.B else beyond[sp.name])
-            if row >= plan.B:
+            padding = order[row] < 0
+            ref = np.asarray(want[sp.name][j] if padding else beyond[sp.name])
+            if padding:
                 what = f"padding request (batch row {row})"
             else:
                 mask = _t_mask(sp.dims[1:], ref.shape, plan.T)
                 if mask is None:
                     continue
                 got = np.where(mask, got, ref) if got.shape == ref.shape else got
-                what = f"request {plan.order[k][row]} (batch row {row}) beyond its T = {plan.T}"
+                what = f"request {order[row]} (batch row {row}) beyond its T = {plan.T}"
             bad = compose.padding_mismatch(sp.name, got, ref)
             if bad is not None:
                 problems.append(f"replay {k + 1}, {what}: {bad}")
@@ -272,13 +295,16 @@ def judge(plan: GraphPlan, golden: Golden, out_path: str | os.PathLike, *, kerne
             problems.append(f"replay {k + 1}: output {missing[0]} {what} (B = {plan.Bp} rows expected)")
             continue
         try:
-            live = compose.live_outputs(golden.op, outputs, plan.reqs[k][:plan.B])
+            live = compose.live_outputs(golden.op, outputs, plan.reqs[k])
         except ValueError as exc:
             problems.append(f"replay {k + 1}: {exc}")
             continue
-        by_request: list[dict[str, np.ndarray]] = [{} for _ in range(plan.B)]
+        by_request: list[dict[str, np.ndarray] | None] = [None] * plan.B
         for row, req in enumerate(plan.order[k]):
-            by_request[req] = live[row]
+            if req >= 0:
+                by_request[req] = live[row]
+        if any(x is None for x in by_request):  # every request in every replay, or the verdict says nothing
+            raise AssertionError(f"kdtr.run.graph: replay {k + 1} holds requests {plan.order[k]}, not 0..{plan.B - 1}")
         stacked = {name: np.stack([by_request[r][name] for r in range(plan.B)]) for name in live[0]}
         v = judge_outputs(golden, stacked)
         if v.status == Status.ERROR:

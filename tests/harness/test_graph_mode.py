@@ -157,7 +157,7 @@ def test_the_fake_passes_eager_and_graph_cases_as_their_own_columns(fake_env, mo
 @pytest.mark.parametrize("fault, words", [
     ("leak", ["replay 2, request 0", "accepted_count"]),
     ("unwritten", ["replay 2, request 1", "accepted_count"]),
-    ("padding", ["replay 1, padding request (batch row 7)", "accepted_count"]),
+    ("padding", ["replay 2, padding request (batch row 7)", "accepted_count"]),
     ("beyond", ["replay 2, request 0 (batch row 0) beyond its T = 33: accepted_path[63]: 5, documented -1"]),
     ("ignore", ["replay 1: output replay1.accepted_count missing"]),
 ])
@@ -173,25 +173,31 @@ def test_what_an_engine_would_suffer_from_is_a_mismatch_naming_it(fake_env, monk
     assert "--graph" in case["rerun"] and "tree_accept/chain@cpu#graph" in case["rerun"]
 
 
-def test_the_input_file_holds_two_data_sets_with_the_same_padding(tmp_path):
+def test_the_input_file_holds_two_data_sets_every_row_rotated(tmp_path):
     g = Golden.read(REPO_ROOT / "golden" / "verify_attn" / "ragged.kdtr")
     p = graph.build(g, tmp_path / "in.kdtr")
     f = kdtr.load(tmp_path / "in.kdtr")
     b = g.inputs["q"].shape[0]
-    assert (p.B, p.Bp) == (b, compose.capture_size(b)) and p.Tp == compose.capture_size(p.T) >= p.T
-    assert p.Sp == compose.capture_size(p.S)
+    # B = 4 is a capture size: captured at the next one, so that there are padding requests
+    assert (p.B, p.Bp) == (b, compose.capture_size(b + 1)) and p.Bp > b
+    assert p.Tp == compose.capture_size(p.T + 1) > p.T and p.Sp == compose.capture_size(p.S + 1) > p.S
     q1, q2 = np.asarray(f.tensors["replay1.q"]), np.asarray(f.tensors["input.q"])
     assert q1.shape == q2.shape == (p.Bp, p.Tp) + g.inputs["q"].shape[2:]
-    # replay 2 holds the golden's requests in order, replay 1 rotated by one row
+    # replay 2: the golden's requests in order, then padding; replay 1: that rotated by one row
     t = g.inputs["q"].shape[1]
+    assert p.order[1] == list(range(b)) + [-1] * (p.Bp - b)
+    assert p.order[0] == p.order[1][1:] + p.order[1][:1]
     assert np.array_equal(q2[:b, :t], g.inputs["q"], equal_nan=True)
-    assert np.array_equal(q1[:b, :t], np.roll(g.inputs["q"], -1, axis=0), equal_nan=True)
-    # every padding region (padding rows, slots beyond T) is the same in both data sets
-    for name in ("q", "kv_cache", "prefix_len", "tree_len", "visibility"):
+    assert np.array_equal(q1[:b - 1, :t], g.inputs["q"][1:], equal_nan=True)
+    assert np.array_equal(q1[-1, :t], g.inputs["q"][0], equal_nan=True)
+    tl1, tl2 = np.asarray(f.tensors["replay1.tree_len"]), np.asarray(f.tensors["input.tree_len"])
+    assert np.all(tl2[b:] == 0) and np.all(tl1[b - 1:-1] == 0)
+    # replay 1's unfilled slots are poison; replay 2's are what replay 1 left there
+    assert np.isnan(q1[b - 1:-1]).all() and np.isnan(q1[:, t:]).all()
+    assert q2[b:].tobytes() == q1[b:].tobytes() and np.isnan(q2[:, t:]).all()
+    for name in ("kv_cache", "visibility"):
         a1, a2 = np.asarray(f.tensors[f"replay1.{name}"]), np.asarray(f.tensors[f"input.{name}"])
         assert a1[b:].tobytes() == a2[b:].tobytes(), name
-    assert np.all(np.asarray(f.tensors["input.tree_len"])[b:] == 0)
-    assert np.isnan(q2[:b, t:]).all()
     assert float(f.tensors["replay1.sm_scale"]) == float(f.tensors["input.sm_scale"])
 
 
