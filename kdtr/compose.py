@@ -136,8 +136,9 @@ def requests(op: str, inputs: Mapping[str, np.ndarray], meta: Mapping[str, Any],
             source is ``"<source>#<b>"``.
 
     Raises:
-        ValueError: an unknown op, an input missing or not in the spec, dims that disagree
-            (as :meth:`kdtr.ops.OpSpec.check`), or ``max_budget`` missing where the op reads it.
+        ValueError: an unknown op, an input missing or not in the spec, a dtype the spec does
+            not allow, dims that disagree (as :meth:`kdtr.ops.OpSpec.check`; each names the
+            input), or ``max_budget`` missing or not an integer where the op reads it.
     """
     spec = _spec(op)
     missing = [s.name for s in spec.inputs if s.name not in inputs]
@@ -146,6 +147,9 @@ def requests(op: str, inputs: Mapping[str, np.ndarray], meta: Mapping[str, Any],
     sizes: dict[str, int] = {}
     for s in spec.inputs:
         arr = np.asarray(inputs[s.name])
+        dt = name_of_dtype(arr.dtype)
+        if dt not in s.dtypes:  # (a padding request's -1 does not fit an unsigned type)
+            raise ValueError(f"op {op}: input.{s.name}: dtype {dt}, spec says {s.dtype}")
         if arr.ndim != len(s.dims):
             raise ValueError(f"op {op}: input {s.name}: shape {list(arr.shape)}, spec says [{','.join(s.dims)}]")
         for d, n in zip(s.dims, arr.shape):
@@ -156,7 +160,10 @@ def requests(op: str, inputs: Mapping[str, np.ndarray], meta: Mapping[str, Any],
         if key in spec.metadata or (key == "dtype" and key in meta):
             if key not in meta:
                 raise ValueError(f"op {op}: metadata {key!r} missing")
-            scalars[key] = int(meta[key]) if key == "max_budget" else str(meta[key])
+            try:
+                scalars[key] = int(meta[key]) if key == "max_budget" else str(meta[key])
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise ValueError(f"op {op}: metadata {key} = {meta[key]!r}: not an integer") from exc
     for s in spec.inputs:
         arr = np.asarray(inputs[s.name])
         scalars[f"dtype.{s.name}"] = name_of_dtype(arr.dtype)

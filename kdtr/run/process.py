@@ -199,7 +199,7 @@ def _prepare(case: Case, cfg: RunConfig, res: CaseResult) -> _Prepared | None:
                 res.reason = str(exc)
                 return None
             except (ValueError, KeyError, KdtrError, OSError) as exc:
-                res.reason = f"cannot build the --graph input of {golden.id}: {exc}"
+                res.reason = f"cannot build the --graph input of {golden.path}: {exc}"
                 return None
         res.output_file = str(out_path)
         res.golden = golden
