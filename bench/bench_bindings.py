@@ -162,7 +162,8 @@ def entry_call(kernels, op: str, call):
     seen = []
 
     def spy(p, stream):
-        seen.append((type(p._obj).from_buffer_copy(p._obj), stream))
+        obj = getattr(p, "_obj", p)  # the struct, or a byref() of it
+        seen.append((type(obj).from_buffer_copy(obj), stream))
         return real(p, stream)
 
     L._kdtr_entries[op, "cuda"] = spy

@@ -65,6 +65,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import struct
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -419,13 +420,16 @@ _current_device: Any = None  # () -> torch's current CUDA device index
 
 
 def _import_torch() -> Any:
-    global _torch, _Tensor, _raw_stream, _current_device
+    global _torch, _Tensor, _raw_stream, _current_device, _CPU
     if _torch is None:
         import torch
 
+        _CPU = torch.device("cpu")
+
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _raw_stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
-        _current_device = torch.cuda.current_device
+        get = getattr(torch._C, "_cuda_getDevice", None)  # torch.cuda.current_device without its lazy-init check
+        _current_device = get if get is not None else torch.cuda.current_device
         _Tensor = torch.Tensor
         _torch = torch
     return _torch
@@ -629,7 +633,7 @@ class _Plan:
     """The cached work of one call signature: dims, the outputs' (name, dtype, shape), the
     buffers' (name, dtype, shape), and the struct's values after the pointers and scalars."""
 
-    __slots__ = ("dims", "outputs", "buffers", "tail", "float_dt", "torch_outputs")
+    __slots__ = ("dims", "outputs", "buffers", "tail", "float_dt", "torch_outputs", "template", "pack")
 
     def __init__(self, od: _OpDef, dims: dict[str, int], float_dt: str | None, code: int) -> None:
         self.dims = dims
@@ -642,36 +646,60 @@ class _Plan:
         if od.has_kernel:
             tail.append(code)
         self.tail = tuple(tail)
-        self.torch_outputs = None  # CUDA plans: ((name, torch dtype, shape), ...), set by _plan
+        self.torch_outputs = None  # torch plans: ((name, torch dtype, shape, strides), ...), set by _plan
+        # The struct of every call of this signature, its pointers 0: a call copies it and
+        # writes its pointers (the leading fields, one pack_into) and sm_scale.
+        nptr = len(od.tensors) + len(od.outputs) + len(od.buffers)
+        self.template = bytes(od.struct(*([0] * nptr), *([0.0] if od.has_scale else []), *self.tail))
+        self.pack = struct.Struct(f"={nptr}Q").pack_into
 
 
 _plans: dict[tuple, _Plan] = {}
 _MAX_PLANS = 4096
 
 
-def _plan(od: _OpDef, arrays: Sequence[Any], cuda: bool, code: int, n: int | None, d_v: int | None,
+_NUMPY, _CUDA, _TORCH_CPU = 0, 1, 2  # the kinds of plan: numpy arrays (CPU), torch CUDA tensors, torch CPU tensors
+
+
+def _plan(od: _OpDef, arrays: Sequence[Any], kind: int, code: int, n: int | None, d_v: int | None,
           kernel: str) -> _Plan:
-    key = [od.name, cuda, code, n, d_v, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV)]
+    """The plan of a call signature, from the cache or made (every per-signature check:
+    dtypes, shapes, contiguity, ``d_v`` against Dqk, the output-bytes limit, tree_build's
+    CPU scratch). Keyed by op, kind, kernel code, max_budget, d_v, the two limits'
+    environment values and each tensor's shape and dtype; contiguity, device and data are
+    checked per call by the caller."""
+    cuda = kind == _CUDA
+    key = [od.name, kind, code, n, d_v, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV)]
     for a in arrays:
         key += (a.shape, a.dtype)
     key = tuple(key)
     plan = _plans.get(key)
     if plan is not None:
         return plan
-    dims, float_dt = _signature(od, arrays, cuda, n, d_v)
+    dims, float_dt = _signature(od, arrays, kind != _NUMPY, n, d_v)
     _output_limit(od.name, dims, n is not None)
     if not cuda and od.name == "tree_build":
         limits.check_cpu_scratch_bytes(limits.tree_build_cpu_scratch_bytes(n, dims["D"], dims["K"],
                                                                            kernel == "select"),
                                        f"{od.name}: max_budget", f"N = {n}, D = {dims['D']}")
     plan = _Plan(od, dims, float_dt, code)
-    if cuda:
+    if kind != _NUMPY:
         m = _dtypes(True)
-        plan.torch_outputs = tuple((name, m[dt], shape) for name, dt, shape in plan.outputs)
+        plan.torch_outputs = tuple((name, m[dt], shape, _strides(shape)) for name, dt, shape in plan.outputs)
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan
     return plan
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The C-contiguous strides (elements) of ``shape``."""
+    st = []
+    acc = 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(st))
 
 
 def _check_lengths(op: str, dims: dict[str, int], pl: np.ndarray, tl: np.ndarray | None) -> int:
@@ -726,6 +754,7 @@ class _CudaDevices(dict):
 
 
 _cuda_devices = _CudaDevices()
+_CPU: Any = None  # torch.device("cpu"), once torch is imported
 
 
 def _poison(a: Any) -> None:
@@ -790,7 +819,7 @@ def _run(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: An
         raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
     scale = _float_scalar(op, "sm_scale", sm_scale) if od.has_scale else None
     dv = _int_scalar(op, "d_v", d_v) if d_v is not None else None
-    plan = _plan(od, arrays, cuda is not None, code, n, dv, kernel)
+    plan = _plan(od, arrays, _NUMPY if cuda is None else _CUDA, code, n, dv, kernel)
     vals = []
     if cuda is not None:
         for name, a in zip(od.names, arrays):
@@ -826,25 +855,38 @@ def _run(op: str, arrays: tuple, *, n: Any = None, sm_scale: Any = None, d_v: An
             vals.append(_ptr(a))
         else:
             vals.append(0)
-    if scale is not None:
-        vals.append(scale)
-    p = od.struct(*vals, *plan.tail)
-    if cuda is not None:
-        fn = L._kdtr_entries[op, "cuda"]
-        _used_devices.add(cuda)
-        if _current_device() == cuda:
-            rc = fn(ctypes.byref(p), _raw_stream(cuda))
-        else:
-            with _torch.cuda.device(cuda):
-                rc = fn(ctypes.byref(p), _raw_stream(cuda))
-    else:
-        rc = L._kdtr_entries[op, "cpu"](ctypes.byref(p))
-    if rc != OK:
-        msg = L.kdtr_last_error()
-        raise KernelError(op, rc, msg.decode("utf-8", "replace") if msg else "")
+    ran = _launch(L, od, plan, -1 if cuda is None else cuda, vals, scale)
     if len(outs) > len(plan.outputs):
         del outs[len(plan.outputs):]
-    return outs, (p.kernel_ran if od.has_kernel else None)
+    return outs, ran
+
+
+def _launch(L: ctypes.CDLL, od: _OpDef, plan: _Plan, index: int, ptrs: Sequence[int], scale: float | None
+            ) -> bytes | None:
+    """Call ``od``'s entry (CUDA ``index``, on torch's current stream there; -1 the CPU
+    entry) with the plan's struct and these pointers (inputs, outputs, buffers, in field
+    order) and sm_scale; the kernel_ran field (None where the op has none).
+
+    Raises:
+        KernelError: the entry returned an error code."""
+    p = od.struct.from_buffer_copy(plan.template)
+    plan.pack(p, 0, *ptrs)
+    if scale is not None:
+        p.sm_scale = scale
+    if index >= 0:
+        _used_devices.add(index)
+        fn = L._kdtr_entries[od.name, "cuda"]
+        if _current_device() == index:
+            rc = fn(p, _raw_stream(index))
+        else:
+            with _torch.cuda.device(index):
+                rc = fn(p, _raw_stream(index))
+    else:
+        rc = L._kdtr_entries[od.name, "cpu"](p)
+    if rc != OK:
+        msg = L.kdtr_last_error()
+        raise KernelError(od.name, rc, msg.decode("utf-8", "replace") if msg else "")
+    return p.kernel_ran if od.has_kernel else None
 
 
 def _fast_cuda(L: ctypes.CDLL, od: _OpDef, arrays: tuple, code: int, n: int | None, dv: int | None,
@@ -854,7 +896,7 @@ def _fast_cuda(L: ctypes.CDLL, od: _OpDef, arrays: tuple, code: int, n: int | No
     device, contiguous, and (``out=``) of the planned dtype and shape: the call, with the
     fewest host operations. None where anything differs (before anything is allocated or
     enqueued): the general path then raises the right error or plans the signature."""
-    key = [od.name, True, code, n, dv, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV)]
+    key = [od.name, _CUDA, code, n, dv, _env(limits.MAX_OUTPUT_BYTES_ENV), _env(limits.MAX_SCRATCH_BYTES_ENV)]
     vals = []
     index = None
     for a in arrays:
@@ -872,13 +914,15 @@ def _fast_cuda(L: ctypes.CDLL, od: _OpDef, arrays: tuple, code: int, n: int | No
         return None
     if out is None:
         dev = _cuda_devices[index]
-        outs = [_torch.empty(shape, dtype=dt, device=dev) for _, dt, shape in plan.torch_outputs]
+        outs = [_torch.empty_strided(shape, st, dtype=dt, device=dev) for _, dt, shape, st in plan.torch_outputs]
         if poison is None:
             poison = True
     else:
+        if out.__class__ is not dict and not isinstance(out, Mapping):
+            return None
         outs = []
-        for name, dt, shape in plan.torch_outputs:
-            a = out.get(name) if isinstance(out, Mapping) else None
+        for name, dt, shape, _ in plan.torch_outputs:
+            a = out.get(name)
             if a is None or a.__class__ is not _Tensor or a.dtype is not dt or a.shape != shape or \
                     a.get_device() != index or not a.is_contiguous():
                 return None
@@ -904,21 +948,94 @@ def _fast_cuda(L: ctypes.CDLL, od: _OpDef, arrays: tuple, code: int, n: int | No
             _poison(a)
     vals += [a.data_ptr() for a in outs]
     vals += bufs
-    if scale is not None:
-        vals.append(scale)
-    p = od.struct(*vals, *plan.tail)
-    _used_devices.add(index)
-    fn = L._kdtr_entries[od.name, "cuda"]
-    if _current_device() == index:
-        rc = fn(ctypes.byref(p), _raw_stream(index))
-    else:
-        with _torch.cuda.device(index):
-            rc = fn(ctypes.byref(p), _raw_stream(index))
-    if rc != OK:
-        msg = L.kdtr_last_error()
-        raise KernelError(od.name, rc, msg.decode("utf-8", "replace") if msg else "")
+    ran = _launch(L, od, plan, index, vals, scale)
     del keep
-    return outs, (p.kernel_ran if od.has_kernel else None)
+    return outs, ran
+
+
+def _torch_call(op: str, arrays: Sequence[Any], code: int, n: int | None, dv: int | None, scale: float | None,
+                outs: Sequence[Any] | None) -> list[Any] | None:
+    """The torch ops' call (kdtr.torch_ops) of a signature planned before: torch tensors
+    (plain torch.Tensor, contiguous) all on one device -- one CUDA device (the current
+    stream there) or the CPU (the CPU entry) -- the scalars already in their plan's form
+    (``code`` the kernel code, ``n`` max_budget, ``dv`` d_v, as :func:`_torch_plan`
+    checked them). ``outs``: the outputs in spec order (each must have the planned dtype
+    and shape, be contiguous and on the inputs' device), or None: allocated here. The
+    outputs in spec order; nothing poisoned.
+
+    None where any of that differs or the signature has no plan yet, before anything is
+    allocated or enqueued: the caller then goes through :func:`_torch_plan` (which raises
+    the error naming the argument, or makes the plan). Per call this reads each tensor's
+    class, contiguity, device, shape, dtype and data pointer, checks verify_attn's /
+    greedy_step's lengths on the host for CPU tensors, and makes one call of the entry."""
+    L = _library(None)
+    od = _DEFS[op]
+    index = arrays[0].get_device()
+    if index >= 0 and od.has_scale and not L._kdtr_device_checks:
+        return None  # the lengths are copied to the host: kdtr.kernels' general path
+    key = [op, _CUDA if index >= 0 else _TORCH_CPU, code, n, dv, _env(limits.MAX_OUTPUT_BYTES_ENV),
+           _env(limits.MAX_SCRATCH_BYTES_ENV)]
+    vals = []
+    for a in arrays:
+        if a.__class__ is not _Tensor or not a.is_contiguous() or a.get_device() != index:
+            return None
+        key += (a.shape, a.dtype)
+        vals.append(a.data_ptr())
+    plan = _plans.get(tuple(key))
+    if plan is None:
+        return None
+    if outs is None:
+        dev = _cuda_devices[index] if index >= 0 else _CPU
+        outs = [_torch.empty_strided(shape, st, dtype=dt, device=dev) for _, dt, shape, st in plan.torch_outputs]
+    else:
+        for a, (_, dt, shape, _) in zip(outs, plan.torch_outputs):
+            if a.__class__ is not _Tensor or a.dtype is not dt or a.shape != shape or a.get_device() != index or \
+                    not a.is_contiguous():
+                return None
+        outs = list(outs)
+    if index < 0 and od.has_scale:  # the lengths (data) on the host, every call
+        tl = arrays[od.names.index("tree_len")].numpy() if "tree_len" in od.names else None
+        keys = _check_lengths(op, plan.dims, arrays[od.names.index("prefix_len")].numpy(), tl)
+        _cpu_scratch(op, plan.dims, keys)
+    vals += [a.data_ptr() for a in outs]
+    keep = None
+    for name, _, shape in plan.buffers:  # tree_build's heap_fallback (not given: NULL), greedy_step's tree_len
+        if name == "tree_len":
+            keep = _torch.empty(shape, dtype=_torch.int32, device=arrays[0].device)
+            vals.append(keep.data_ptr())
+        else:
+            vals.append(0)
+    _launch(L, od, plan, index, vals, scale)
+    del keep
+    return outs
+
+
+def _torch_plan(op: str, arrays: Sequence[Any], kernel: str, n: Any, d_v: Any) -> tuple[int, int | None, int | None]:
+    """Check a torch ops' call the way :func:`_torch_call` needs it, and plan its
+    signature: the scalars in the plan's form (kernel code, max_budget, d_v). Every tensor
+    a torch tensor, all on the CPU or all on one CUDA device; the checks of :func:`_plan`.
+
+    Raises:
+        ValueError: naming the op and the argument, as kdtr.kernels does."""
+    od = _DEFS[op]
+    code = _kernel_code(op, kernel) if kernel != "auto" else 0
+    n = _max_budget(op, n) if n is not None else None
+    dv = _int_scalar(op, "d_v", d_v) if d_v is not None else None
+    if _torch is None:
+        _import_torch()
+    index = None
+    for name, a in zip(od.names, arrays):
+        if not _is_torch(a):
+            raise ValueError(f"{op}: {name}: expected a torch tensor, got {_describe(a)}")
+        i = a.get_device()
+        if index is None:
+            index = i
+        elif i != index:
+            raise ValueError(f"{op}: {name}: on {a.device}, the other tensors on {arrays[0].device}")
+    if code and index < 0 and op != "tree_build":
+        raise ValueError(f"{op}: kernel {kernel!r} applies to device='cuda' only")
+    _plan(od, arrays, _CUDA if index >= 0 else _TORCH_CPU, code, n, dv, kernel)
+    return code, n, dv
 
 
 _OPTIONAL_OUT = {name: {b for b, _, _ in d.buffers} for name, d in _DEFS.items()}

@@ -137,12 +137,75 @@ def _check_host(op: str, tensors: tuple, scalars: dict) -> dict[str, tuple[str, 
     return kernels.output_specs(op, inputs, max_budget=scalars.get("n"))
 
 
+def _parser(op: str):
+    """args, kw of a call -> (tensors, kernel, max_budget, sm_scale, d_v). The dispatcher
+    passes the schema's positional arguments positionally and may drop trailing ones that
+    equal their defaults; a keyword is taken where one is given."""
+    def general(args: tuple, kw: dict) -> tuple:
+        tensors, sc = _split(op, args, kw)
+        return tensors, sc.get("kernel", "auto"), sc.get("n"), sc.get("sm_scale"), sc.get("d_v")
+
+    if op == "tree_build":
+        def parse(args: tuple, kw: dict) -> tuple:
+            if kw:
+                return general(args, kw)
+            return args[:5], args[6] if len(args) > 6 else "auto", args[5], None, None
+    elif op == "verify_attn":
+        def parse(args: tuple, kw: dict) -> tuple:
+            if kw:
+                return general(args, kw)
+            return args[:5], args[7] if len(args) > 7 else "auto", None, args[5], args[6]
+    elif op == "tree_accept":
+        def parse(args: tuple, kw: dict) -> tuple:
+            return args[:5], "auto", None, None, None
+    else:
+        def parse(args: tuple, kw: dict) -> tuple:
+            if kw:
+                return general(args, kw)
+            n = len(args)
+            return (args[:8] + (args[10],), args[12] if n > 12 else "auto", args[11] if n > 11 else None,
+                    args[8], args[9])
+    return parse
+
+
+def _hot(op: str):
+    """The call of the functional op (outs None) and of the out overload (outs the given
+    tensors, in OUTPUTS order), CPU and CUDA alike: kdtr.kernels._torch_call, which for a
+    signature planned before reads the tensors' class, contiguity, device, shape, dtype and
+    data pointer and calls the entry once; else kdtr.kernels._torch_plan checks the call
+    (ValueError naming the argument) and plans it, and the call is made again. None where
+    that still declines (the caller's general path then runs: it raises the right error)."""
+    parse = _parser(op)
+    codes = {k: i for i, k in enumerate(("auto", *OPS[op].kernels))}
+    call = kernels._torch_call
+
+    def run(args: tuple, kw: dict, outs: list | None) -> list | None:
+        tensors, kernel, n, scale, dv = parse(args, kw)
+        code = codes.get(kernel)
+        if code is not None:
+            r = call(op, tensors, code, n, dv, scale, outs)
+            if r is not None:
+                return r
+        code, n, dv = kernels._torch_plan(op, tensors, kernel, n, dv)
+        return call(op, tensors, code, n, dv, scale, outs)
+
+    return run
+
+
 def _functional(op: str):
+    run = _hot(op)
+
     def cuda_impl(*args: Any, **kw: Any) -> tuple[torch.Tensor, ...]:
+        r = run(args, kw, None)
+        if r is not None:
+            return tuple(r)
         tensors, scalars = _split(op, args, kw)
         return tuple(kernels._run(op, tensors, poison=False, device="cuda", **scalars)[0])
 
     def cpu_impl(*args: Any, **kw: Any) -> tuple[torch.Tensor, ...]:
+        r = run(args, kw, None)
+        if r is not None:
+            return tuple(r)
         tensors, scalars = _split(op, args, kw)
         specs = _check_host(op, tensors, scalars)
         dts = kernels._dtypes(True)
@@ -180,17 +243,22 @@ def _check_outs(op: str, specs: dict, out: dict, device: torch.device) -> None:
 
 def _out(op: str):
     fields = [_field(n) for n in OUTPUTS[op]]
+    run = _hot(op)
 
     def gather(kw: dict) -> tuple[dict, dict]:
         kw = dict(kw)
         return {n: kw.pop(f) for n, f in zip(OUTPUTS[op], fields)}, kw
 
     def cuda_impl(*args: Any, **kw: Any) -> None:
+        if run(args, {k: v for k, v in kw.items() if k not in fields}, [kw[f] for f in fields]) is not None:
+            return
         out, kw = gather(kw)
         tensors, scalars = _split(op, args, kw)
         kernels._run(op, tensors, out=out, poison=False, device="cuda", **scalars)
 
     def cpu_impl(*args: Any, **kw: Any) -> None:
+        if run(args, {k: v for k, v in kw.items() if k not in fields}, [kw[f] for f in fields]) is not None:
+            return
         out, kw = gather(kw)
         tensors, scalars = _split(op, args, kw)
         _check_outs(op, _check_host(op, tensors, scalars), out, tensors[0].device)

@@ -256,6 +256,90 @@ def test_bad_out_tensors_name_the_argument():
 
 
 # ---------------------------------------------------------------------------------------
+# The per-signature plan cache: a call after a planned one is checked again
+# ---------------------------------------------------------------------------------------
+
+def test_a_planned_signature_does_not_serve_a_different_call(monkeypatch):
+    """After a good call has planned its signature (shapes, dtypes), a call that differs in
+    shape, dtype, strides (contiguity), device-side data (the lengths) or the output limit
+    is checked, never served by the stale plan: each is the ValueError naming the argument,
+    and the good call still conforms afterwards."""
+    v = FIRST["verify_attn"]
+    args = list(op_args(v))
+    f = op("verify_attn")
+    assert_conforms(v, torch_ops.as_outputs("verify_attn", f(*args)))
+    assert_conforms(v, torch_ops.as_outputs("verify_attn", f(*args)))  # the planned signature again
+    q = args[0]
+    with pytest.raises(ValueError, match=r"verify_attn: q: not C-contiguous"):  # same shape and dtype, strided
+        f(q.transpose(1, 2).contiguous().transpose(1, 2), *args[1:])
+    with pytest.raises(ValueError, match=r"verify_attn: prefix_len: dtype int64, expected i32"):
+        f(*args[:2], args[2].long(), *args[3:])
+    with pytest.raises(ValueError, match=r"verify_attn: kv_cache: dtype bfloat16, expected f32"):
+        f(args[0], args[1].bfloat16(), *args[2:])
+    with pytest.raises(ValueError, match=r"verify_attn: visibility: shape .* expected \[B,T,T\]"):
+        f(*args[:4], args[4][:, :-1].contiguous(), *args[5:])
+    with pytest.raises(ValueError, match=r"verify_attn: d_v: .* is outside"):
+        f(*args[:6], v.inputs["q"].shape[-1] + 1)
+    pl = args[2].clone()
+    pl[0] = -1  # data: checked on every CPU call
+    with pytest.raises(ValueError, match=r"verify_attn: prefix_len: request 0: prefix_len -1 is negative"):
+        f(args[0], args[1], pl, *args[3:])
+    monkeypatch.setenv("KDTR_MAX_OUTPUT_BYTES", "16")
+    with pytest.raises(ValueError, match=r"verify_attn: q, d_v: outputs would need"):
+        f(*args)
+    monkeypatch.delenv("KDTR_MAX_OUTPUT_BYTES")
+    assert_conforms(v, torch_ops.as_outputs("verify_attn", f(*args)))
+
+
+def test_a_planned_out_signature_checks_each_output():
+    """The out overload after a planned call: an output of another dtype, shape or
+    contiguity is the ValueError naming it; a good one is written."""
+    g = FIRST["tree_build"]
+    args = op_args(g)
+    good = torch_ops.out_kwargs("tree_build", torch_ops.as_outputs("tree_build", op("tree_build")(*args)))
+    bufs = {k: torch.full_like(t, 0x5A) for k, t in good.items()}
+    op("tree_build").out(*args, **bufs)
+    assert_conforms(g, {n: bufs[n] for n in torch_ops.OUTPUTS["tree_build"]})
+    vis = bufs["visibility"]
+    for change, msg in ((dict(node_count=bufs["node_count"].long()), r"tree_build: node_count: dtype int64"),
+                        (dict(parents=bufs["parents"][:, :-1]), r"tree_build: parents: shape"),
+                        (dict(visibility=vis.transpose(1, 2).contiguous().transpose(1, 2)),
+                         r"tree_build: visibility: not C-contiguous")):
+        with pytest.raises(ValueError, match=msg):
+            op("tree_build").out(*args, **dict(bufs, **change))
+
+
+def test_a_planned_signature_with_another_max_budget_or_kernel_is_planned_again():
+    """max_budget and the kernel are part of the signature: a call with another max_budget
+    gets outputs of its own T (or the ValueError of a bad one), the kernel another plan."""
+    g = FIRST["tree_build"]
+    n = g.metadata["max_budget"]
+    args = op_args(g)
+    assert op("tree_build")(*args)[1].shape[1] == n + 1
+    assert op("tree_build")(*args[:5], n + 3)[1].shape[1] == n + 4
+    with pytest.raises(ValueError, match=r"tree_build: max_budget -1 is outside"):
+        op("tree_build")(*args[:5], -1)
+    assert_conforms(g, torch_ops.as_outputs("tree_build", op("tree_build")(*args, "select")))
+    with pytest.raises(ValueError, match=r"tree_build: kernel must be one of"):
+        op("tree_build")(*args, "bogus")
+    v = FIRST["verify_attn"]
+    op("verify_attn")(*op_args(v))
+    with pytest.raises(ValueError, match=r"verify_attn: kernel 'mma' applies to device='cuda' only"):
+        op("verify_attn")(*op_args(v), "mma")
+
+
+def test_the_plan_cache_key_includes_the_devices_of_the_tensors():
+    """A plan of CPU tensors does not serve numpy arrays (kdtr.kernels' own plans), and a
+    torch CPU call after a numpy call of the same signature is planned and checked."""
+    g = FIRST["tree_accept"]
+    res = kernels.tree_accept(**{k: np.array(v) for k, v in g.inputs.items()})
+    assert_conforms(g, res)
+    assert_conforms(g, torch_ops.as_outputs("tree_accept", op("tree_accept")(*op_args(g))))
+    kinds = {k[1] for k in kernels._plans if k[0] == "tree_accept"}
+    assert {kernels._NUMPY, kernels._TORCH_CPU} <= kinds
+
+
+# ---------------------------------------------------------------------------------------
 # kdtr.kernels: out=, poison=, scalars, check()
 # ---------------------------------------------------------------------------------------
 
