@@ -14,8 +14,10 @@ T=9, H=64, Dqk=576, d_v=512, prefix 4096, bf16), on one CUDA device:
   and ``kdtr.kernels.<op>()`` (allocates and poisons with 0x5a, the conformance default).
   Where the host is slower than the device this is the host's cost; else the kernel's.
 - host: the host's own cost of one call of ``torch.ops.kdtr.<op>``, of
-  ``kdtr.kernels.<op>(out=...)`` and of the library's CUDA entry alone (``entry``: the
-  ctypes call with the struct such a call built, the library's checks and launches): a
+  ``kdtr.kernels.<op>(out=...)``, of the library's CUDA entry alone (``entry``: the
+  ctypes call with the struct such a call built, the library's checks and launches) and
+  of the functional op's allocations alone (``alloc``: ``torch.empty_strided`` of each
+  output, greedy_step also its [B] tree_len workspace, on the device): a
   loop of 200 calls timed without waiting for the device (short enough not to fill the
   launch queue), / 200, the least of 7 loops.
 - replay: a CUDA graph holding ONE call of ``torch.ops.kdtr.<op>``, replayed M times;
@@ -176,6 +178,20 @@ def entry_call(kernels, op: str, call):
     return lambda: real(ref, stream)
 
 
+def allocations(torch, kernels, op: str, kin: dict):
+    """A function making the allocations the functional op makes per call (each output,
+    greedy_step also its [B] tree_len workspace), on the inputs' device, and nothing else."""
+    specs = kernels.output_specs(op, kin, max_budget=kin.get("max_budget"))
+    dts = kernels._dtypes(True)
+    dev = kin[kernels._DEFS[op].names[0]].device
+    shapes = [(s, kernels._strides(s), dts[dt]) for dt, s in specs.values()]
+    if op == "greedy_step":
+        b = (kin["q"].shape[0],)
+        shapes.append((b, (1,), torch.int32))
+    empty = torch.empty_strided
+    return lambda: [empty(s, st, dtype=dt, device=dev) for s, st, dt in shapes]
+
+
 def measure(torch, case, args) -> dict:
     from kdtr import kernels
     from kdtr.torch_ops import out_kwargs
@@ -207,6 +223,7 @@ def measure(torch, case, args) -> dict:
            "eager_us": {w: v * 1e6 for w, v in eager.items()}, "host_us": host(torch, ways["torch.ops"]) * 1e6,
            "host_out_us": host(torch, ways["kernels(out=)"]) * 1e6,
            "entry_us": host(torch, entry_call(kernels, op, ways["kernels(out=)"])) * 1e6,
+           "alloc_us": host(torch, allocations(torch, kernels, op, kin)) * 1e6,
            "replay_wall_us": replay_wall * 1e6, "replay_events_us": replay_ev * 1e6}
     res["eager_minus_kernel_us"] = res["eager_us"]["torch.ops"] - res["kernel_us"]
     res["eager_out_minus_kernel_us"] = res["eager_us"]["torch.ops .out"] - res["kernel_us"]
@@ -231,7 +248,7 @@ def measure(torch, case, args) -> dict:
 def table(rows: list[dict], gpu: str) -> str:
     lines = [f"GPU: {gpu}", "",
              "| op | shape | kernel us | torch.ops us | .out us | kernels(out=) us | kernels() us | "
-             "eager - kernel us (<= 15) | .out - kernel us | host us: torch.ops; kernels(out=); entry | "
+             "eager - kernel us (<= 15) | .out - kernel us | host us: torch.ops; kernels(out=); entry; alloc | "
              "replay us (wall; events) | replay / kernel (<= 1.10) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -242,7 +259,7 @@ def table(rows: list[dict], gpu: str) -> str:
             f"| {r['label']} | {r['shape']} | {r['kernel_us']:.1f} | {e['torch.ops']:.1f} | {e['torch.ops .out']:.1f} "
             f"| {e['kernels(out=)']:.1f} | {e['kernels()']:.1f} | {r['eager_minus_kernel_us']:.1f} {ok1} | "
             f"{r['eager_out_minus_kernel_us']:.1f} | {r['host_us']:.1f}; {r['host_out_us']:.1f}; "
-            f"{r['entry_us']:.1f} | {r['replay_wall_us']:.1f}; "
+            f"{r['entry_us']:.1f}; {r['alloc_us']:.1f} | {r['replay_wall_us']:.1f}; "
             f"{r['replay_events_us']:.1f} | {r['replay_over_kernel']:.2f} {ok2} |")
     return "\n".join(lines)
 
