@@ -12,10 +12,13 @@ batch row holds another request in each replay (a live row becomes a padding one
 padding row a live one, for any B, 1 included). The first replay's unfilled slots (padding
 requests' stale inputs, slots beyond a request's own T or S) hold the poison of
 :func:`kdtr.compose.batch` (NaN in floats, bytes 0x5a in integers and visibility); the
-second's hold what the first left there (as an engine writes its live slots over the last
-step's buffers). The binary (``kdtr_<op> --graph``, docs/binaries.md "Graph replay") runs
-both sets on one set of buffers, the outputs not cleared in between, and writes both
-replays' outputs (``replay1.<name>``, ``<name>``).
+second's integer and visibility ones hold what the first left there (as an engine writes
+its live slots over the last step's buffers), its float ones the poison again (a padding
+request's outputs computed from stale floats, greedy_step's root attention, are then NaN:
+on finite stale data only a tolerance could hold them, docs/ops/greedy_step.md). The
+binary (``kdtr_<op> --graph``, docs/binaries.md "Graph replay") runs both sets on one set
+of buffers, the outputs not cleared in between, and writes both replays' outputs
+(``replay1.<name>``, ``<name>``).
 
 :func:`judge` then holds, for each replay, the live requests (back in the golden's order) to
 the golden's expected outputs under its contracts (:func:`kdtr.judge.judge`), and the
@@ -145,8 +148,9 @@ def build(golden: Golden, path: Path) -> GraphPlan:
     rotated by one row over all its rows (row i holds what row i + 1 holds in replay 2, the
     last row request 0), so that every batch row's request changes between the replays: a
     live row becomes padding and a padding row live. Replay 1's unfilled slots are the
-    poison of :func:`kdtr.compose.batch`; replay 2's are replay 1's values (an engine writes
-    the live slots and the padding requests' fields over what the last step left).
+    poison of :func:`kdtr.compose.batch`; replay 2's integer and visibility ones are replay
+    1's values (an engine writes the live slots and the padding requests' fields over what
+    the last step left), its float ones the poison.
 
     Raises:
         ValueError: the golden's inputs cannot be taken apart or batched (:mod:`kdtr.compose`),
@@ -177,7 +181,10 @@ def build(golden: Golden, path: Path) -> GraphPlan:
         rows = [reqs[i] if i >= 0 else pad for i in order]
         inputs, meta = compose.batch(op, rows, T=tp, S=s_need, stale=stale)
         batches.append((rows, inputs, meta))
-        stale = inputs
+        # replay 2's unfilled integer and visibility slots: what replay 1 left; its float
+        # ones poison again (on finite stale floats a padding request's computed outputs,
+        # greedy_step's root attention, would be held bit for bit to the reference's rounding)
+        stale = {n: a for n, a in inputs.items() if a.ndim and a.dtype.kind in "biu"}
     meta = dict(batches[1][2])
     meta["config"] = golden.config
     tensors: dict[str, np.ndarray] = {}
