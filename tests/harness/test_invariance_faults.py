@@ -7,7 +7,9 @@ file's outputs with the op's reference, then does what ``$FAKE_FAULT`` says in t
 compositions it names: ``drop`` (the ``dup+pad`` composition's outputs one row short),
 ``missing`` (``dup+pad`` without its last output), ``short_t`` (the ``padded``
 compositions' first T-dim output cut to T - 1 slots), ``skip_all`` (exit 3, "not supported",
-in every composition but the golden's own).
+in every composition but the golden's own), ``nan_payload`` / ``neg_zero`` (in ``reversed``:
+another NaN payload, -0.0 for 0.0), ``s_dep`` / ``t_dep`` (an element one ulp or one more at
+an even S or T: in the padded compositions).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ for k, (inp, out) in enumerate(pairs):
         with np.errstate(all="ignore"):
             res = {n: np.array(v) for n, v in spec.reference(inputs, md).items()}
         names = [s.name for s in spec.outputs]
+        f0 = next((n for n in names if res[n].dtype.kind == "f"), None)
+        rows = lambda a: a.reshape(a.shape[0], -1)  # noqa: E731
         if fault == "drop" and comp.startswith("dup+pad"):
             res = {n: v[:-1] for n, v in res.items()}
         if fault == "missing" and comp.startswith("dup+pad"):
@@ -61,6 +65,20 @@ for k, (inp, out) in enumerate(pairs):
         if fault == "short_t" and comp.startswith("padded"):
             s = next(s for s in spec.outputs if "T" in s.dims[1:])
             res[s.name] = np.ascontiguousarray(res[s.name][:, :-1])
+        if fault == "nan_payload" and comp == "reversed":  # another NaN payload, same NaN
+            a = res[f0]
+            bits = a.view(f"u{a.itemsize}")
+            bits[np.isnan(a)] ^= 1
+        if fault == "neg_zero" and comp == "reversed":  # -0.0 where 0.0
+            a = res[f0]
+            a[a == 0] = -0.0
+        if fault == "s_dep" and inputs["kv_cache"].shape[1] % 2 == 0:  # one ulp more at an even S
+            a = rows(res[f0])
+            a[:, 0] = np.nextafter(a[:, 0], np.inf)
+        if fault == "t_dep":  # the first output one more at an even T
+            t = int(md["max_budget"]) + 1 if "max_budget" in md else inputs["node_token_ids"].shape[1]
+            if t % 2 == 0:
+                rows(res[names[0]])[:, 0] += 1
         kdtr.save(out, res, {"op": md["op"], "config": md["config"], "backend": backend, "device": "cpu"})
     first_rc = first_rc or rc
     if batch:
@@ -110,6 +128,21 @@ def test_a_malformed_composition_output_is_a_verdict_naming_it(tmp_path, monkeyp
     gid = "tree_accept/chain"
     res = _run(tmp_path, _subset(tmp_path, gid), gid, fault, monkeypatch)
     assert res.status == status, (res.status, res.reason)
+    assert words in res.reason, res.reason
+
+
+@pytest.mark.parametrize("gid, fault, words", [
+    ("verify_attn/nan_scores", "nan_payload", "out differs between composition 'reversed'"),
+    ("verify_attn/nan_scores_bf16", "nan_payload", "out differs between composition 'reversed'"),
+    ("verify_attn/ragged", "neg_zero", "out differs between composition 'reversed'"),
+    ("verify_attn/finite_padding_bf16", "neg_zero", "out differs between composition 'reversed'"),
+    ("verify_attn/ragged", "s_dep", "composition 'padded T=32 S=128'"),
+    ("greedy_step/k2_dims", "s_dep", "composition 'padded T=16"),
+    ("tree_build/ties", "t_dep", "composition 'padded T=128'"),
+])
+def test_bits_and_padding_dependence_are_not_invariant(tmp_path, monkeypatch, gid, fault, words):
+    res = _run(tmp_path, _subset(tmp_path, gid), gid, fault, monkeypatch)
+    assert res.status == Status.NOT_INVARIANT, (res.status, res.reason)
     assert words in res.reason, res.reason
 
 
