@@ -133,7 +133,7 @@ def junit(results: list[CaseResult], env: dict[str, Any] | None = None) -> str:
             ET.SubElement(props, "property", name="rerun", value=printable(r.rerun))
             text = "\n".join(mismatch_lines(r))
             if r.status in (Status.MISMATCH, Status.NOT_INVARIANT):
-                ET.SubElement(tc, "failure", type=r.status.value, message=printable(r.reason)[:500]).text = text
+                ET.SubElement(tc, "failure", type=str(r.status), message=printable(r.reason)[:500]).text = text
             elif r.status in ERRORED:
                 ET.SubElement(tc, "error", type=r.status, message=printable(r.reason)[:500]).text = text
             elif r.status in SKIPPED:
