@@ -176,6 +176,19 @@ def test_padding_mismatch_nan_payload_and_values():
     assert "documented int32" in compose.padding_mismatch("i", np.zeros(2, np.int64), np.zeros(2, np.int32))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_padding_mismatch_a_nan_matches_only_a_nan(dtype):
+    from kdtr.dtypes import DTYPE_BY_NAME
+
+    dt = DTYPE_BY_NAME[dtype].numpy
+    doc = np.array([0.0, -np.inf, np.nan, 0.0], np.float32).astype(dt)
+    for k, value in [(0, np.nan), (1, np.nan), (2, 0.0), (2, -np.inf), (3, -0.0), (1, np.inf)]:
+        got = doc.copy()
+        got[k] = value
+        assert f"x[{k}]" in (compose.padding_mismatch("x", got, doc) or ""), (k, value)
+    assert compose.padding_mismatch("x", doc.copy(), doc) is None
+
+
 def _gm(gid):
     g = _golden(gid)
     return g.inputs, g.metadata
