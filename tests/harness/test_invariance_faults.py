@@ -26,7 +26,7 @@ import kdtr
 from kdtr import children
 from kdtr.judge import Golden
 from kdtr.ops import OPS
-from kdtr.run import graph, invariance
+from kdtr.run import graph, invariance, process
 from kdtr.run.cases import Case, RunConfig
 from kdtr.status import Status
 
@@ -183,6 +183,12 @@ def test_a_golden_compose_refuses_is_an_error_naming_file_and_field(tmp_path, mo
     assert "harness error" not in res.reason and str(path) in res.reason and words in res.reason, res.reason
     with pytest.raises(ValueError, match=words.split(":")[0]):
         graph.build(Golden.read(path), tmp_path / "graph-in.kdtr")
+    # the same golden's --graph case: an ERROR naming it, before any binary runs
+    op, config = gid.split("/")
+    cfg = RunConfig(golden_dir=path.parent.parent, bin_dir=tmp_path / "bin", out_dir=tmp_path / "out2", timeout=60)
+    g = process.run_case(Case(op, config, path, "cpu", mode="graph"), cfg)
+    assert g.status == Status.ERROR and f"cannot build the --graph input of {path}" in g.reason, g.reason
+    assert words in g.reason, g.reason
 
 
 def test_every_output_of_every_request_is_compared(tmp_path, monkeypatch):
