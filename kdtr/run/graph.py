@@ -233,8 +233,11 @@ def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray]) -
         # the padding rows: the reference on those rows of this replay's inputs; the slots
         # beyond a live request's own T: the documented values (a padding request's, so the
         # reference never runs on a live request, whatever its size)
-        want = compose.padding_outputs(op, plan.inputs[k], plan.meta, pad_rows) if pad_rows else {}
-        beyond = compose.beyond_outputs(op, like, plan.Tp) if live_rows else {}
+        try:
+            want = compose.padding_outputs(op, plan.inputs[k], plan.meta, pad_rows) if pad_rows else {}
+            beyond = compose.beyond_outputs(op, like, plan.Tp) if live_rows else {}
+        except ValueError as exc:  # (a limit of the reference): no padding value can be vouched for
+            return [f"replay {k + 1}: the reference cannot say the padding values: {exc}"]
     for sp in spec.outputs:
         got_all = outputs[sp.name]
         for j, row in enumerate(rows):

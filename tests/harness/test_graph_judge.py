@@ -134,3 +134,16 @@ def test_greedy_step_padding_outputs_stay_exactly_comparable(tmp_path):
         for name in ("verify_attn.out", "verify_attn.lse"):
             v = np.asarray(want[name])
             assert not (np.isfinite(v) & (v != 0)).any(), (k, name)
+
+
+def test_a_reference_that_refuses_the_padding_rows_is_no_pass(tmp_path, monkeypatch):
+    g = _sliced(tmp_path, "tree_accept", "chain", [0, 1])
+    plan = graph.build(g, tmp_path / "in.kdtr")
+    _binary(plan, tmp_path / "out.kdtr")
+
+    def refuse(*args, **kw):
+        raise ValueError("outputs over the limit")
+
+    monkeypatch.setattr(compose, "padding_outputs", refuse)
+    v = graph.judge(plan, g, tmp_path / "out.kdtr")
+    assert v.status == Status.MISMATCH and "the reference cannot say the padding values" in v.reason, v.reason
