@@ -101,6 +101,23 @@ def test_eager_conforms(torch_ops, golden):
     assert_conforms(golden, on_host(out))
 
 
+@pytest.mark.parametrize("name", OPS)
+def test_a_planned_cuda_signature_does_not_serve_a_call_with_a_host_tensor(torch_ops, name):
+    """After a call has planned a signature on CUDA, the same call with one input moved to
+    the host is refused naming that input (a stale plan would hand the kernel a host pointer)."""
+    g = goldens(name)[0]
+    op = getattr(torch.ops.kdtr, name)
+    cuda = {k: to_cuda(v) for k, v in host_inputs(g).items()}
+    op(*args_of(g, cuda))  # plans the signature
+    torch.cuda.synchronize()
+    first = ARG_NAMES[name][0]
+    moved = dict(cuda, **{first: cuda[first].cpu()})
+    with pytest.raises((ValueError, RuntimeError), match=rf"{name}: {first}: .*(cpu|host)"):
+        op(*args_of(g, moved))
+    with pytest.raises(ValueError, match=rf"{name}: {first}: "):
+        getattr(kernels, name)(**{k: v for k, v in zip(ARG_NAMES[name], args_of(g, moved)) if v is not None})
+
+
 def test_kernels_on_cuda_allocate_nothing_with_out_and_refuse_cuda_scalars():
     g = goldens("verify_attn", config="small")[0]
     x = {k: to_cuda(v) for k, v in host_inputs(g).items()}
