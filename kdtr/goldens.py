@@ -599,12 +599,16 @@ def load_known_failures(golden_dir: Path) -> dict[str, str]:
 
 def stale_waivers(known_failures: dict[str, str], goldens: list[tuple[str, str, Path]]) -> list[str]:
     """Waiver keys that name no golden (or an unknown backend): typos or leftovers. A key
-    may name a case under a forced kernel, ``op/config@cuda:<kernel>``."""
+    may name a case under a forced kernel, ``op/config@cuda:<kernel>``, and a graph or
+    invariance case by its suffix, ``op/config[@column]#graph``."""
+    from .run.cases import MODES
+
     ids = {f"{op}/{cfg}" for op, cfg, _ in goldens}
     stale = []
     for key in known_failures:
-        case, _, column = key.partition("@")
+        head, hash_, mode = key.rpartition("#") if "#" in key else (key, "", "")
+        case, _, column = head.partition("@")
         backend = column.partition(":")[0]  # @cuda:<kernel>: a forced kernel's case
-        if case not in ids or (column and backend not in _BACKENDS):
+        if case not in ids or (column and backend not in _BACKENDS) or (hash_ and mode not in MODES):
             stale.append(key)
     return stale

@@ -303,3 +303,22 @@ def test_one_process_per_composition_without_batch(tmp_path):
     r = _run(tmp_path, gdir, "tree_accept/root_only", {"FAKE_INV": "nosupport", "FAKE_GPU": "1"}, {"batch": False},
              backend="cuda")
     assert r.status == Status.PASS and "not supported here: 'padded T=32', 'padded T=18'" in r.detail, r.reason
+
+
+@pytest.mark.parametrize("key, waived", [("tree_accept/chain", False), ("tree_accept/chain@cpu", False),
+                                         ("tree_accept/chain#invariance", True),
+                                         ("tree_accept/chain@cpu#invariance", True)])
+def test_an_eager_waiver_does_not_waive_the_invariance_case(tmp_path, key, waived):
+    """A waiver of the eager case (a known kernel bug) must not hide a NOT_INVARIANT of the
+    golden: a mode case is waived only by a key naming its mode."""
+    gid = "tree_accept/chain"
+    gdir = _subset(tmp_path, [gid])
+    (gdir / "known_failures.json").write_text(json.dumps({key: "known bug"}))
+    bdir = tmp_path / "bin"
+    _fake(bdir, "tree_accept")
+    res = fakes.invoke(tmp_path, gdir, bdir, "--invariance", "--backend", "cpu", FAKE_INV="row")
+    cases = fakes.report_cases(tmp_path)
+    assert cases[f"{gid}@cpu#invariance"]["status"] == ("WAIVED" if waived else "NOT_INVARIANT")
+    assert cases[f"{gid}@cpu"]["status"] == ("MISMATCH" if waived else "WAIVED")
+    assert res.exit_code == 1
+    assert "names no golden" not in res.output  # every form of the key is a known one
