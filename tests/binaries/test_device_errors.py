@@ -651,9 +651,23 @@ def test_first_call_of_the_library_inside_a_capture(cuda_lib):
 # Script: the host cost of one CUDA entry call (no synchronization in the loop)
 # ---------------------------------------------------------------------------------------
 
-def time_entries(n: int = 2000) -> None:
+
+def _host_times(torch, fn, p, stream, n: int) -> list[float]:
+    """Sorted host seconds of n calls of the CUDA entry fn(&p, stream), after one warm-up."""
     import time
 
+    fn(ctypes.byref(p), stream)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn(ctypes.byref(p), stream)
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return sorted(times)
+
+
+def time_entries(n: int = 2000) -> None:
     import torch
 
     lib = open_lib()
@@ -667,15 +681,7 @@ def time_entries(n: int = 2000) -> None:
                                               "d_v": d_v, "dtype": int(dtype == "bf16"), "kernel": KERNELS[kernel]})
         s = stream_of(True)
         fn = lib.kdtr_verify_attn_cuda
-        fn(ctypes.byref(p), s)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn(ctypes.byref(p), s)
-            times.append(time.perf_counter() - t0)
-        torch.cuda.synchronize()
-        times.sort()
+        times = _host_times(torch, fn, p, s, n)
         print(f"kdtr_verify_attn_cuda {name}: median {times[n // 2] * 1e6:.1f} us, "
               f"p90 {times[n * 9 // 10] * 1e6:.1f} us host time per call ({n} calls, ctypes included)")
     g = greedy_golden("k2_dims")
@@ -690,15 +696,7 @@ def time_entries(n: int = 2000) -> None:
                                           "kernel": 0})
     s = stream_of(True)
     fn = lib.kdtr_greedy_step_cuda
-    fn(ctypes.byref(p), s)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn(ctypes.byref(p), s)
-        times.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    times.sort()
+    times = _host_times(torch, fn, p, s, n)
     print(f"kdtr_greedy_step_cuda k2_dims: median {times[n // 2] * 1e6:.1f} us, p90 {times[n * 9 // 10] * 1e6:.1f} us"
           f" host time per call ({n} calls, ctypes included)")
 
