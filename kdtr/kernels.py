@@ -500,35 +500,34 @@ def _cuda_scalar(op: str, name: str, x: Any) -> None:
                          "Python number, a numpy scalar or a CPU tensor")
 
 
-def _int_scalar(op: str, name: str, x: Any) -> int:
-    if type(x) is int:
+def _scalar(op: str, name: str, x: Any, integer: bool) -> int | float:
+    """``x`` as a Python int (``integer``) or float: a Python number, a numpy / 0-d array
+    scalar or a 0-d CPU tensor (a CUDA tensor would synchronize: refused).
+
+    Raises:
+        ValueError: another kind or shape, naming the op and the argument."""
+    want, kinds = ("an integer", "iu") if integer else ("a real", "fiu")
+    if type(x) is (int if integer else float):
         return x
     if _is_torch(x):
         _cuda_scalar(op, name, x)
-        if x.numel() != 1 or x.dim() != 0 or x.dtype.is_floating_point or x.dtype.is_complex or \
-                x.dtype == _torch.bool:
-            raise ValueError(f"{op}: {name}: expected an integer scalar, got a {x.dtype} tensor of shape "
+        bad_dtype = x.dtype.is_complex or (integer and (x.dtype.is_floating_point or str(x.dtype) == "torch.bool"))
+        if x.numel() != 1 or x.dim() != 0 or bad_dtype:
+            raise ValueError(f"{op}: {name}: expected {want} scalar, got a {x.dtype} tensor of shape "
                              f"{tuple(x.shape)}")
-        return int(x.item())
+        return int(x.item()) if integer else float(x.item())
     a = np.asarray(x)
-    if a.ndim != 0 or a.dtype.kind not in "iu":
-        raise ValueError(f"{op}: {name}: expected an integer scalar, got {a.dtype} of shape {a.shape}")
-    return int(a)
+    if a.ndim != 0 or a.dtype.kind not in kinds:
+        raise ValueError(f"{op}: {name}: expected {want} scalar, got {a.dtype} of shape {a.shape}")
+    return int(a) if integer else float(a)
+
+
+def _int_scalar(op: str, name: str, x: Any) -> int:
+    return _scalar(op, name, x, True)
 
 
 def _float_scalar(op: str, name: str, x: Any) -> float:
-    if type(x) is float:
-        return x
-    if _is_torch(x):
-        _cuda_scalar(op, name, x)
-        if x.numel() != 1 or x.dim() != 0 or x.dtype.is_complex:
-            raise ValueError(f"{op}: {name}: expected a real scalar, got a {x.dtype} tensor of shape "
-                             f"{tuple(x.shape)}")
-        return float(x.item())
-    a = np.asarray(x)
-    if a.ndim != 0 or a.dtype.kind not in "fiu":
-        raise ValueError(f"{op}: {name}: expected a real scalar, got {a.dtype} of shape {a.shape}")
-    return float(a)
+    return _scalar(op, name, x, False)
 
 
 def _max_budget(op: str, x: Any) -> int:
