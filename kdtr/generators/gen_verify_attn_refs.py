@@ -61,6 +61,7 @@ class Config:
     tier: str = "committed"
     nonfinite: tuple[str, ...] = ()  # per request (cycled): a NONFINITE_KINDS entry or "" (none)
     special: str = ""  # a SPECIAL_KINDS entry: huge_scores | no_visible_key | masked_extremes | finite_padding
+    #                    | late_keys | vis_bytes
 
 
 CONFIGS: dict[str, Config] = {
@@ -110,6 +111,52 @@ CONFIGS: dict[str, Config] = {
     "finite_padding_bf16": Config("finite_padding with bf16 inputs (the tensor-core kernel on cuda)", 3019, 5, 9, 2,
                                   16, 8, (1, 0, 6, 3, 4), dtype="bf16", tree_len=(1, 4, 7, 2, 0),
                                   special="finite_padding"),
+    # Goldens at the shapes that reach the CUDA kernels' tile paths (docs/ops/verify_attn.md,
+    # "Goldens aimed at the kernels' tile paths"). The kernels tile keys by 64; every one of
+    # these has its last request at L = prefix_len + tree_len = S, so a load of cache row L
+    # (or of a whole tile past L) leaves the kv_cache allocation.
+    "tail_tile_bf16": Config("mma kernel (mma_bf16_dqk128_dv128 by auto; wgmma and simt forced), bf16, H=2, Dqk=72, "
+                             "d_v=64: L = 129, 150, 191, three 64-key tiles with a partial last one (tails 1, 22, "
+                             "63): the zero-filled tail tile loaded inside the tile loop (wgmma: cp.async at j = 2, "
+                             "after two TMA tiles); tree keys straddle the tile 1/2 boundary; last request L == S",
+                             3020, 3, 9, 2, 72, 64, (120, 141, 182), dtype="bf16"),
+    "tail_tile_k2_bf16": Config("wgmma kernel (wgmma_bf16_dqk576_dv512 by auto on sm_90; mma_bf16_dqk576_dv512 and "
+                                "simt forced), bf16 at the K2 dims Dqk=576, d_v=512, H=2: L = 150, 191, three tiles, "
+                                "the last partial (cp.async zero-fill tail at j = 2 after two TMA tiles of nine "
+                                "slabs); last request L == S", 3021, 2, 9, 2, 576, 512, (141, 182), dtype="bf16",
+                                sm_scale=K2_SCALE),
+    "multi_tile_bf16": Config("mma kernel (auto; wgmma and simt forced), bf16, H=2, Dqk=72, d_v=64: L = 256, 290, "
+                              "320, 384 = 4, 5 (tail 34), 5 and 6 key tiles: both KV buffers refilled twice or more, "
+                              "the wgmma mbarrier parity flips (tiles 2-3) and returns (tiles 4-5); last request "
+                              "L == S (6 full tiles: a seventh tile would read past the cache)", 3022, 4, 9, 2, 72,
+                              64, (247, 281, 311, 375), dtype="bf16"),
+    "multi_tile_k2_bf16": Config("wgmma kernel (auto on sm_90; mma_bf16_dqk576_dv512 and simt forced), bf16 at the "
+                                 "K2 dims Dqk=576, d_v=512, H=2: L = 320 (5 TMA tiles, the buffers' mbarriers on "
+                                 "their third phase) and 330 (5 TMA tiles and a cp.async tail at j = 5); last "
+                                 "request L == S", 3023, 2, 9, 2, 576, 512, (311, 321), dtype="bf16",
+                                 sm_scale=K2_SCALE),
+    "odd_dv_bf16": Config("odd d_v = 65 in bf16, Dqk=72, H=2 (mma_bf16_dqk128_dv128 by auto, its second warp "
+                          "column holding one value column; wgmma and simt_bf16_dvt128 forced): the paired float2 "
+                          "and float4 output stores must fall back to scalar ones; L = 79, 87 (two tiles), last "
+                          "request L == S", 3024, 2, 9, 2, 72, 65, (70, 78), dtype="bf16"),
+    "dv66": Config("simt kernel (simt_f32_dvt128), f32, d_v = 66 (even, not a multiple of 4), Dqk=72, H=2: rows of "
+                   "out are 8-byte but not 16-byte aligned, so the float4 output store must fall back; L = 79, 87, "
+                   "last request L == S", 3025, 2, 9, 2, 72, 66, (70, 78)),
+    "late_keys": Config("every kernel's online softmax with a first tile fully masked: prefix 0, tree_len 70 and 81 "
+                        "(> 64), rows >= 64 see only tree keys >= 64 (columns 0..63 cleared) and every visible "
+                        "score is about -1e4 (request 0) or in [-125, -95] (request 1, below f32 exp's range): the "
+                        "running max stays -inf through tile 0 and the kernels' -inf -> 0 substitute must not "
+                        "reach exp(s - m); simt on cuda (f32); last request L == S", 3026, 2, 81, 2, 16, 8, (0,),
+                        sm_scale=1.0, tree_len=(70, 81), special="late_keys"),
+    "late_keys_bf16": Config("late_keys with bf16 inputs (exact: integers; mma by auto, wgmma forced)", 3027, 2, 81,
+                             2, 16, 8, (0,), dtype="bf16", sm_scale=1.0, tree_len=(70, 81), special="late_keys"),
+    "vis_bytes": Config("visibility bytes other than 1 where a key is visible (2, 0x80, 0xff, 0x7f, 0x40, 0x10, "
+                        "0xfe, 1): nonzero means visible; rows whose only tree key is an even byte (2, 0x80, 0xfe) "
+                        "with prefix 0; prefix 70 puts the tree in the second tile; simt on cuda (f32); last "
+                        "request L == S", 3028, 4, 9, 2, 16, 8, (0, 5, 0, 70), tree_len=(9, 9, 6, 9),
+                        special="vis_bytes"),
+    "vis_bytes_bf16": Config("vis_bytes with bf16 inputs (mma by auto, wgmma forced)", 3029, 4, 9, 2, 16, 8,
+                             (0, 5, 0, 70), dtype="bf16", tree_len=(9, 9, 6, 9), special="vis_bytes"),
 }
 
 
@@ -297,7 +344,65 @@ def _special_no_visible_key(cfg: Config, rng: Rng | np.random.Generator, q: np.n
             vis[r, i, :tl] = 0
 
 
+# late_keys: (|q last dim|, key last dim) per request (cycled): every score is about -c_q * c_k.
+LATE_KEY_SCALES = ((100, 100), (10, 11))
+
+
+def _special_late_keys(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
+                       prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """Integer q and keys in [-1, 1] except the last key dim (a rope dim: not a value, d_v <
+    Dqk): q's is -c_q and every key's +c_k (LATE_KEY_SCALES), so every score is -c_q c_k
+    +- (Dqk - 1): about -1e4, or in [-125, -95] (below -87.3, where f32 exp underflows to a
+    subnormal, and -103.3, where it underflows to 0). Rows i >= 64 of a tree of more than 64
+    slots lose columns 0..63 of their visibility row: they see only keys of the second 64-key
+    tile (their ancestors >= 64 and themselves), so their running max is -inf after tile 0.
+    A kernel that subtracts 0 instead of the row max there (the -inf -> 0 substitute used
+    for exp) gets weights exp(-1e4) = 0 and a NaN or empty row; one that forms -inf - -inf
+    gets NaN.
+
+    Raises:
+        ValueError: prefix_len > 0, or no request with tree_len > 64 (nothing to test)."""
+    b, t, h, dqk = q.shape
+    if (prefix != 0).any() or int(tree_len.max()) <= 64:
+        raise ValueError("late_keys: prefix_len must be 0 and some tree_len > 64")
+    put(q, ..., rng.integers(-1, 2, q.shape))
+    put(kv, ..., rng.integers(-1, 2, kv.shape))
+    for r in range(b):
+        c_q, c_k = LATE_KEY_SCALES[r % len(LATE_KEY_SCALES)]
+        put(q, (r, ..., -1), -c_q)
+        put(kv, (r, slice(None), -1), c_k)
+        tl = int(tree_len[r])
+        if tl > 64:
+            vis[r, 64:tl, :64] = 0
+
+
+# vis_bytes: the nonzero visibility bytes used for visible keys (1 included), and the bytes
+# given to rows whose only tree key is their own slot (even bytes: a low-bit test reads them as 0).
+VIS_BYTES = (1, 2, 0x80, 0xFF, 0x7F, 0x40, 0x10, 0xFE)
+VIS_BYTES_ALONE = (2, 0x80, 0xFE)
+
+
+def _special_vis_bytes(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
+                       prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """Every visible entry of the valid square gets a byte drawn from VIS_BYTES (nonzero:
+    visible, docs/ops/verify_attn.md); in requests with prefix 0, rows 1..3 (when inside the
+    tree) see only their own slot, with the byte VIS_BYTES_ALONE[i - 1]: a kernel that tests
+    the low bit (or the sign of the byte as int8, or == 1) takes such a row for empty."""
+    for r in range(q.shape[0]):
+        tl = int(tree_len[r])
+        sq = vis[r, :tl, :tl]
+        on = sq != 0
+        sq[on] = rng.choice(np.array(VIS_BYTES, np.uint8), int(on.sum()))
+        if prefix[r] == 0:
+            for i, byte in enumerate(VIS_BYTES_ALONE, start=1):
+                if i < tl:
+                    sq[i, :] = 0
+                    sq[i, i] = byte
+
+
 SPECIAL_KINDS = {
+    "late_keys": _special_late_keys,
+    "vis_bytes": _special_vis_bytes,
     "huge_scores": _special_huge_scores,
     "masked_extremes": _special_masked_extremes,
     "no_visible_key": _special_no_visible_key,
@@ -319,7 +424,7 @@ def synth(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     if cfg.special:
         if cfg.special not in SPECIAL_KINDS:
             raise ValueError(f"special {cfg.special!r} not in {tuple(SPECIAL_KINDS)}")
-        if cfg.special in ("huge_scores", "masked_extremes") and cfg.d_v >= cfg.dqk:
+        if cfg.special in ("huge_scores", "masked_extremes", "late_keys") and cfg.d_v >= cfg.dqk:
             raise ValueError(f"{cfg.special}: the last key dim must not be a value dim (d_v < Dqk)")
         fill = SPECIAL_KINDS[cfg.special]
         if fill is not None:
