@@ -68,6 +68,11 @@ CONFIGS: dict[str, Config] = {
                              "(past node_count) are finite: verify_attn must answer them out 0, lse -inf, not size "
                              "the tree from the budget", 4007, 4, 2, 3, 16, 2, 16, 8, (6, 0, 3, 1),
                              kind="underfull", budgets=(16, 5, 16, 9), finite_padding=True),
+    "tail_tile_bf16": Config("verify_attn stage on its tile paths through the chain: bf16, H=2, Dqk=72, d_v=64 "
+                             "(mma_bf16_dqk128_dv128 by auto on cuda; wgmma and simt forced), D=4, K=4, N=16 full "
+                             "trees, prefixes 120, 141, 250: L = 137, 158 (3 key tiles, the last partial, loaded "
+                             "inside the tile loop) and 267 (5 tiles: both KV buffers refilled); the last request "
+                             "ends at S", 4008, 3, 4, 4, 16, 2, 72, 64, (120, 141, 250), dtype="bf16"),
 }
 
 

@@ -11,6 +11,7 @@ that reads or validates them fails), token id 0, and invalid inputs with their s
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,28 @@ CONFIGS: dict[str, Config] = {
                         "...): scores that tie or nearly tie, whose order depends on evaluating the sibling score "
                         "exactly as (w - lp[r]) + lp[r+1] and the child score as w + lp[d][0] in float64",
                         2014, 25, 4, 4, 16, kind="near_ties"),
+    # The select build's paths on the GPU (docs/ops/tree_build.md, "Goldens aimed at the select
+    # build and the score classes"): its block is 256 threads for N <= 256, 1024 above.
+    "select_ties": Config("select kernel, 256-thread instance (N=256), K=16, D=8: dyadic log-probs (multiples of 1/16 "
+                          "in [-3, -1/16], no 0.0) so that scores are exact and nearly all tie, in groups small "
+                          "enough for the select build's set: threshold raises at depths 2-7, a set of up to 300 "
+                          "entries (more than the 256 threads: strided team loops) and a bitonic sort of 512 slots, "
+                          "ties decided by rank path in the sort; no request falls back to the heap build", 2016, 4, 8, 16, 256,
+                          kind="select_ties"),
+    "select_ties_n1024": Config("select kernel, 1024-thread instance (N=1024 > 256), K=16, D=16, one request, the "
+                                "select_ties log-probs: threshold raises at depths 3-7 over a set of up to 1179 "
+                                "entries (strided team loops, compaction in two rounds), a bitonic sort of 2048 "
+                                "slots, no fallback; T = 1025 > 128: "
+                                "the separate visibility kernel", 2017, 1, 16, 16, 1024, kind="select_ties"),
+    "signed_zero": Config("log-probs -0.0 and +0.0 (equal by value, different bits) at the top ranks: scores of "
+                          "-0.0 and +0.0 that tie, so the rank path decides; every request is drawn until ordering "
+                          "+0.0 before -0.0 (a comparison of the bits) builds another tree; heap and select builds",
+                          2018, 8, 4, 4, 16, kind="signed_zero"),
+    "positive_log_probs": Config("positive finite log-probs (the contract asks only finite and sorted): in the first "
+                                 "row only (positive scores, no clamped node: the select build runs), at rank 0 of "
+                                 "deeper rows (children that outscore their parents: clamped, the select build "
+                                 "hands the request to the heap build), whole rows positive, large (+20) and tiny "
+                                 "(+1e-30) values", 2019, 6, 5, 4, 24, kind="positive"),
 }
 
 
@@ -271,6 +294,110 @@ def _synth_near_ties(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, n
     return x
 
 
+# select_ties: exact (dyadic) log-probs, the multiples of 1/16 in [-3, -1/16]; no 0.0. Nearly
+# every placed node shares its score with another, yet the tie groups stay small enough for the
+# select build's set (with eight values from -0.25 to -3 a group at theta overflows its capacity
+# and the select build gives up).
+SELECT_TIE_VALUES = np.array([-k / 16 for k in range(1, 49)], np.float32)
+
+
+def _synth_select_ties(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
+    """Rows drawn uniformly from SELECT_TIE_VALUES, sorted: every score is a dyadic rational
+    with few bits, so every evaluation order gives the same bits, no node is clamped, and
+    nearly every placed node shares its score with another (the sort's rank-path comparison
+    decides them)."""
+    x = _base(cfg, rng)
+    lp = rng.choice(SELECT_TIE_VALUES, size=x["top_log_probs"].shape)
+    x["top_log_probs"] = -np.sort(-lp, axis=-1, kind="stable").astype(np.float32)  # f32 already: exact
+    return x
+
+
+def _zero_key(w: float) -> tuple[float, int]:
+    """The order of scores by their bits: +0.0 before -0.0 (what a sort on the IEEE bits, or on
+    an order-preserving integer key of them, does); equal otherwise to the order by value."""
+    return (-w, 1 if math.copysign(1.0, w) < 0 else 0)
+
+
+def grow_bits(lp: np.ndarray, ids: np.ndarray, budget: int, depth_limit: int) -> list[int]:
+    """Token ids in slot order of the best-first tree when scores are ordered by their bits
+    (_zero_key: +0.0 before -0.0, then the rank path): the tree a comparison of the bits
+    builds. Scores as in the contract."""
+    k = lp.shape[1]
+    v = [[float(x) for x in row] for row in lp.astype(np.float64)]
+    heap = [(_zero_key(v[0][0]), (0,), v[0][0], 1, 0)]
+    out: list[int] = []
+    while heap and len(out) < budget and depth_limit > 0:
+        _, path, w, d, r = heapq.heappop(heap)
+        out.append(int(ids[d - 1][r]))
+        if r + 1 < k:
+            ws = (w - v[d - 1][r]) + v[d - 1][r + 1]
+            heapq.heappush(heap, (_zero_key(ws), path[:-1] + (r + 1,), ws, d, r + 1))
+        if d < depth_limit:
+            wc = w + v[d][0]
+            heapq.heappush(heap, (_zero_key(wc), path + (0,), wc, d + 1, 0))
+    return out
+
+
+SIGNED_ZERO_ORDINARY = np.array([-0.5, -1.0, -1.5, -0.3, -0.7, -2.2], np.float32)
+
+
+def _synth_signed_zero(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
+    """Per request, rows whose first 1..2 ranks are 0.0 or -0.0 (either sign in any order:
+    equal values are sorted) followed by ordinary values; drawn until :func:`grow_bits`
+    builds another tree than the contract's (:func:`grow_scored`). Request 0 is fixed: rows
+    [-0.0, 0.0, -0.5, -1] at every depth (the root's first child scores -0.0, its sibling
+    +0.0 and its first child -0.0: the contract places the child (path (0, 0)) before the
+    sibling (path (1)), a bit order the other way round)."""
+    x = _base(cfg, rng)
+    lp = x["top_log_probs"]
+    if cfg.topk < 4:
+        raise ValueError("signed_zero: top-k must be >= 4")
+    lp[0] = np.array([-0.0, 0.0, -0.5, -1.0] + [-2.0] * (cfg.topk - 4), np.float32)
+    for r in range(1, cfg.batch):
+        for _ in range(100_000):
+            rows = []
+            for _d in range(cfg.depth):
+                nz = int(rng.integers(1, 3))
+                zeros = rng.choice(np.array([0.0, -0.0], np.float32), nz)
+                rest = -np.sort(-rng.choice(SIGNED_ZERO_ORDINARY, cfg.topk - nz), kind="stable")
+                rows.append(np.concatenate([zeros, rest]).astype(np.float32))
+            cand = np.stack(rows)
+            if grow_bits(cand, x["top_token_ids"][r], cfg.budget, cfg.depth) != grow_scored(
+                    cand, x["top_token_ids"][r], cfg.budget, cfg.depth):
+                lp[r] = cand
+                break
+        else:
+            raise ValueError(f"signed_zero: no rows for request {r} in 100000 draws")
+    return x
+
+
+def _synth_positive(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
+    """Positive finite log-probs, rows sorted non-increasing:
+    0. positives in row 0 only (+2, +0.5, ...): positive scores, no clamped node;
+    1. lp[d][0] > 0 in every row d >= 1: every first child outscores its parent (clamped);
+    2. every row positive;
+    3. a large value (+20) at rank 0 of the last row, negatives elsewhere;
+    4. tiny positives (+1e-30, +1e-7) beside 0.0 and negatives;
+    5. positives in one middle row, at ranks 0 and 1.
+    Requests past 5: drafter rows shifted up by a random amount in [0.5, 3)."""
+    x = _base(cfg, rng)
+    lp = x["top_log_probs"]
+    d, k = cfg.depth, cfg.topk
+    if cfg.batch < 6 or d < 3 or k < 4:
+        raise ValueError("positive_log_probs: needs B >= 6, D >= 3, K >= 4")
+    base = lp.copy()
+    lp[0, 0, :4] = to_float32([2.0, 0.5, -0.25, -1.0])
+    lp[1, 1:, 0] = to_float32(rng.uniform(0.1, 1.5, d - 1))
+    lp[2] = np.abs(lp[2]) + to_float32(0.125)
+    lp[3, d - 1, 0] = to_float32(20.0)
+    lp[4, :, :3] = to_float32([1e-7, 1e-30, 0.0])
+    lp[5, d // 2, :2] = to_float32([3.0, 1.0])
+    for r in range(6, cfg.batch):
+        lp[r] = to_float32(base[r].astype(np.float64) + rng.uniform(0.5, 3.0))
+    x["top_log_probs"] = -np.sort(-lp, axis=-1, kind="stable").astype(np.float32)  # f32 already: exact
+    return x
+
+
 _SYNTH: dict[str, Callable[[Config, Rng], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "ties": _synth_ties,
@@ -280,6 +407,9 @@ _SYNTH: dict[str, Callable[[Config, Rng], dict[str, np.ndarray]]] = {
     "invalid": _synth_invalid,
     "near_ties": _synth_near_ties,
     "precedence": _synth_precedence,
+    "select_ties": _synth_select_ties,
+    "signed_zero": _synth_signed_zero,
+    "positive": _synth_positive,
 }
 
 
