@@ -41,7 +41,7 @@ class Config:
     depth: int = 8
     topk: int = 8
     kind: str = "random"  # random | underfull | chain | root_only | full_accept | non_first | zero | malformed
-    #                       | negative | bad_links | leaf_siblings | wide_ids
+    #                       | negative | bad_links | leaf_siblings | wide_ids | duplicate_siblings
     tier: str = "committed"
 
 
@@ -73,6 +73,11 @@ CONFIGS: dict[str, Config] = {
     "leaf_siblings": Config("accepted leaves (and accepted nodes with no matching child) whose siblings, later or "
                             "earlier, or uncle carry the bonus token: the walk must stop there", 1014, 20, 16, depth=5,
                             topk=4, kind="leaf_siblings"),
+    "duplicate_siblings": Config("two or three siblings carry the predicted token (adjacent or not, at the root and "
+                                 "deeper, the first a leaf or with the matching subtree): the first matching "
+                                 "sibling in list order wins; every row's walk differs from one that takes the last "
+                                 "match, and rows 0-2, 4, 5 (adjacent duplicates) from one that prefers a matching next sibling", 1016, 16,
+                                 16, depth=5, topk=4, kind="duplicate_siblings"),
 }
 
 
@@ -445,6 +450,82 @@ def _synth_leaf_siblings(cfg: Config, rng: Rng | np.random.Generator, t: int) ->
     return _batch([r[0] for r in rows], [r[1] for r in rows])
 
 
+def walk_matching(tree: Tree, target: np.ndarray, pick: str) -> list[int]:
+    """The slots a well-formed tree's walk accepts (root first) when, among the children of
+    the current slot that carry its prediction, it takes the ``first`` in list order (the
+    contract), the ``last``, or (``pair``) the first unless its next sibling matches too, then
+    that one (a sibling loop unrolled by two whose select prefers the second lane)."""
+    path = [0]
+    while True:
+        kids = tree.children(path[-1])
+        match = [c for c in kids if int(tree.token_ids[c]) == int(target[path[-1]])]
+        if not match:
+            return path
+        c = match[0] if pick in ("first", "pair") else match[-1]
+        if pick == "pair" and int(tree.next_sibling[c]) in match:
+            c = int(tree.next_sibling[c])
+        path.append(c)
+
+
+def _synth_duplicate_siblings(cfg: Config, rng: Rng | np.random.Generator, t: int) -> dict[str, np.ndarray]:
+    """Siblings that carry the same token, the prediction of their parent (the contract's walk
+    takes the first in list order, docs/ops/tree_accept.md). Hand-made rows (parents of
+    slots 1..n; ``dups`` the sibling groups given one token; the predictions follow ``path``,
+    and below a later duplicate they follow ``decoy`` so that a walk into it would accept
+    more or fewer nodes):
+
+    0. root children 1 (a leaf), 2 (with child 3): 1 and 2 alike; accept 1, stop.
+    1. root children 1, 2, 3 alike, each with a child: accept 1 and its child.
+    2. root children 1, 2, 3, 4; 2 and 3 alike (adjacent, not the first): accept 2.
+    3. root children 1, 2, 3, 4; 1 and 4 alike (not adjacent): accept 1, then its child.
+    4. after one acceptance: 1's children 3, 4, 5, with 3 and 4 alike; 4 has a matching child.
+    5. the first duplicate has the matching subtree (two more nodes), the later one is a leaf.
+    Rows 6..: random trees, a walk down first children where possible; at a slot of the walk
+    with two or more children a later child gets the token of the matching one (the subtree
+    below it is then followed by the predictions too), drawn until the walk that takes the
+    last match differs.
+    """
+    rows: list[tuple[Tree, np.ndarray]] = []
+
+    def row(parents: list[int], dups: list[list[int]], path: list[int], decoy: list[int] = ()) -> None:
+        tree = _tree_from_parents(rng, t, parents)
+        for group in dups:
+            tree.token_ids[group[1:]] = tree.token_ids[group[0]]
+        tp = synth_target_predict(rng, tree, VOCAB)
+        for chain in ([0, *path], list(decoy)):
+            for x, y in zip(chain, chain[1:]):
+                tp[x] = tree.token_ids[y]
+        end = [0, *path][-1]
+        tp[end] = non_child_token(rng, tree, end, VOCAB)
+        rows.append((tree, tp))
+
+    row([0, 0, 2], [[1, 2]], [1], decoy=[2, 3])  # 0
+    row([0, 0, 0, 1, 2, 3], [[1, 2, 3]], [1, 4], decoy=[2, 5])  # 1
+    row([0, 0, 0, 0, 3], [[2, 3]], [2], decoy=[3, 5])  # 2
+    row([0, 0, 0, 0, 1, 4, 6], [[1, 4]], [1, 5], decoy=[4, 6, 7])  # 3
+    row([0, 0, 1, 1, 1, 4], [[3, 4]], [1, 3], decoy=[4, 6])  # 4
+    row([0, 0, 1, 3], [[1, 2]], [1, 3, 4])  # 5
+    for k, (tree, tp) in enumerate(rows):
+        if walk_matching(tree, tp, "first") == walk_matching(tree, tp, "last"):
+            raise ValueError(f"duplicate_siblings row {k}: the last match walks the same path")
+    while len(rows) < cfg.batch:
+        tree = random_tree(rng, t, cfg.budget, cfg.depth, cfg.topk, VOCAB)
+        tp = synth_target_predict(rng, tree, VOCAB, p_first=1.0, p_other=0.0)
+        walk = walk_matching(tree, tp, "first")
+        forks = [(x, y) for x, y in zip(walk, walk[1:]) if len(tree.children(x)) >= 2]
+        if not forks:
+            continue
+        x, y = forks[int(rng.integers(0, len(forks)))]
+        later = [c for c in tree.children(x) if c > y]
+        if not later:
+            continue
+        z = later[int(rng.integers(0, len(later)))]
+        tree.token_ids[z] = tree.token_ids[y]
+        if walk_matching(tree, tp, "first") != walk_matching(tree, tp, "last"):
+            rows.append((tree, tp))
+    return _batch([r[0] for r in rows], [r[1] for r in rows])
+
+
 WIDE_ID_OFFSETS = (2**32, 2**40, 2**62, 2**31)
 
 
@@ -482,6 +563,7 @@ _SYNTH: dict[str, Callable[[Config, Rng, int], dict[str, np.ndarray]]] = {
     "bad_links": _synth_bad_links,
     "leaf_siblings": _synth_leaf_siblings,
     "wide_ids": _synth_wide_ids,
+    "duplicate_siblings": _synth_duplicate_siblings,
 }
 
 
