@@ -157,6 +157,18 @@ CONFIGS: dict[str, Config] = {
                         special="vis_bytes"),
     "vis_bytes_bf16": Config("vis_bytes with bf16 inputs (mma by auto, wgmma forced)", 3029, 4, 9, 2, 16, 8,
                              (0, 5, 0, 70), dtype="bf16", tree_len=(9, 9, 6, 9), special="vis_bytes"),
+    "dv_full": Config("d_v = Dqk = 16 (the largest d_v: every key dim is a value dim, the last included), f32, "
+                      "H=2 (simt_f32_dvt64 on cuda); L = 9, 79 (two tiles), last request L == S", 3030, 2, 9, 2, 16,
+                      16, (0, 70)),
+    "dv1_bf16": Config("d_v = 1 (the smallest), bf16, Dqk=16, H=2 (mma_bf16_dqk128_dv128 by auto: one value column "
+                       "of 128, a single scalar store per row; wgmma and simt_bf16_dvt64 forced); L = 9, 79, last "
+                       "request L == S", 3031, 2, 9, 2, 16, 1, (0, 70), dtype="bf16"),
+    "odd_dqk": Config("Dqk = 67 (odd: q and key rows not 8-byte aligned, the simt loads' scalar path; a key-dim "
+                      "stage of 32 partly past Dqk), f32, d_v = 33, H=2 (simt_f32_dvt64 on cuda); L = 9, 79, last "
+                      "request L == S", 3032, 2, 9, 2, 67, 33, (0, 70)),
+    "odd_dqk_bf16": Config("Dqk = 66 (not a multiple of 8: only the simt kernel takes it, simt_bf16_dvt64 by auto; "
+                           "mma and wgmma are NOT_SUPPORTED), bf16, d_v = 33, H=2; L = 9, 79, last request L == S",
+                           3033, 2, 9, 2, 66, 33, (0, 70), dtype="bf16"),
 }
 
 
