@@ -5,7 +5,10 @@ over a vocabulary slice, with a per-row concentration so that confident (peaked)
 flat rows mix. Configurations aim at code paths: ties (a few log-prob values including
 exact 0.0), underfull trees, chains (K = 1), root-only rows, mixed per-request budget and
 depth_limit (rows past the depth limit poisoned with NaN and duplicate ids: a builder
-that reads or validates them fails), token id 0, and invalid inputs with their statuses.
+that reads or validates them fails), token id 0, and invalid inputs with their statuses;
+the select build's two GPU instances on exact ties (``select_ties``, ``select_ties_n1024``)
+and the score classes -0.0 beside +0.0 (``signed_zero``) and positive log-probs
+(``positive_log_probs``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,12 @@ Configurations with a ``special`` kind (SPECIAL_KINDS; they kill mutation surviv
 ``huge_scores`` (scores beyond float64's exp range), ``no_visible_key`` (empty rows),
 ``masked_extremes`` (masked keys that would set the row maximum) and ``finite_padding``,
 which leaves q's padding rows finite (every other poison stays) so that a kernel that
-computes them gets finite values instead of out 0, lse -inf.
+computes them gets finite values instead of out 0, lse -inf; ``late_keys`` (rows whose first
+64-key tile is fully masked, scores below f32 exp's range) and ``vis_bytes`` (visibility
+bytes other than 1) aim at the CUDA kernels, as do the configurations without a special
+kind whose lengths and dims reach their tile paths (``tail_tile_*``, ``multi_tile_*``,
+``odd_dv_bf16``, ``dv66``, ``dv_full``, ``dv1_bf16``, ``odd_dqk*``; docs/ops/verify_attn.md,
+"Goldens aimed at the kernels' tile paths").
 
 Configurations with ``nonfinite`` kinds (``nan_scores``, ``nan_scores_bf16``) put NaN and
 infinities inside the valid region on purpose (``inject_nonfinite``): their expected
