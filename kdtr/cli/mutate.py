@@ -4,6 +4,13 @@ progress, the score table; docs/mutation.md).
 Exit codes: 0 every catalogue mutant killed (or truly equivalent) and every generic
 survivor triaged equivalent, 1 otherwise, 2 a usage error (one line on stderr), 128 + N
 when signal N stopped the run (no report written).
+
+``--backend cuda`` (docs/mutation.md, "GPU catalogue"): the mutants of mutants/gpu/, built
+with nvcc and judged on the GPU (:mod:`kdtr.mutate.cuda`); exit 0 every one killed (by the
+goldens or a sanitizer) or truly equivalent, 1 a survivor, a stillborn mutant, a wrong
+equivalence claim or an undeclared IDENTICAL one, 2 a usage error (no nvcc; no CUDA device
+without --build-only; the unmutated build failing a case or a sanitizer check).
+``--build-only``: exit 1 on a STILLBORN or undeclared IDENTICAL mutant, else 0.
 """
 
 from __future__ import annotations
@@ -59,19 +66,38 @@ def _root_path(value: str | None, default: Path) -> Path:
               help="The catalogue (<op>.toml files) and generic_triage.toml. Default: <repo>/mutants.")
 @click.option("--golden-dir", type=click.Path(file_okay=False), help="Default: <repo>/golden.")
 @click.option("--report-dir", type=click.Path(file_okay=False), help="Default: <repo>/reports.")
+@click.option("--backend", type=click.Choice(("cpu", "cuda")), default="cpu", show_default=True,
+              help="cpu: the CPU cores' catalogue (mutants/<op>.toml). cuda: the GPU catalogue "
+                   "(mutants/gpu/<kernel>.toml), built with nvcc and run on the GPU.")
+@click.option("--build-only", is_flag=True, default=False,
+              help="--backend cuda: only build every selected mutant (STILLBORN / IDENTICAL / BUILT); needs nvcc, "
+                   "no GPU.")
+@click.option("--sanitizer-tools", default=None, metavar="TOOLS",
+              help="--backend cuda: the compute-sanitizer tools that sweep the goldens' survivors, in order "
+                   "(comma-separated; none: no sweep). Default: memcheck,racecheck,synccheck.")
 def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalogue_dir, golden_dir,
-           report_dir) -> None:
+           report_dir, backend, build_only, sanitizer_tools) -> None:
     """Plant each catalogued bug alone in a scratch copy of the CPU cores, rebuild, run the
     committed goldens; write reports/mutation.md and .json (docs/mutation.md).
 
     Exit 1 if a catalogue mutant survives (or does not compile, or is wrongly declared
-    equivalent), or a generic survivor is not triaged as equivalent."""
+    equivalent), or a generic survivor is not triaged as equivalent.
+
+    --backend cuda: the same with the GPU catalogue, the CUDA build and the GPU, survivors
+    swept by compute-sanitizer (docs/mutation.md, "GPU catalogue")."""
     import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY)
     from kdtr import mutate as mut
 
     root = goldens.repo_root()
     gdir = _root_path(golden_dir, root / "golden")
     rdir = _root_path(report_dir, root / "reports")
+    if backend == "cuda":
+        _mutate_cuda(root, gdir, rdir, only, generic, catalogue, jobs, cxxflags, catalogue_dir, build_only,
+                     sanitizer_tools)
+        return
+    if build_only or sanitizer_tools is not None:
+        fail_usage(f"{'--build-only' if build_only else '--sanitizer-tools'} is an option of --backend cuda")
+        return
     generic_note = ""
     children.install_signal_handlers()  # from here SIGTERM / SIGHUP raise children.Terminated
     try:
@@ -165,3 +191,158 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalo
                       markup=False)
     console.print("reports: " + ", ".join(printable(str(p)) for p in paths), markup=False)
     sys.exit(1 if bad else 0)
+
+
+def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalogue: bool, jobs: int,
+                 cxxflags: str | None, catalogue_dir: str | None, build_only: bool,
+                 sanitizer_tools: str | None) -> None:
+    """``kdtr mutate --backend cuda`` (docs/mutation.md, "GPU catalogue"); exits."""
+    import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY)
+    from kdtr import mutate as mut
+    from kdtr.cli.main import gpu_description
+    from kdtr.mutate import cuda
+
+    if generic:
+        fail_usage("--generic mutates the CPU cores: it is not an option of --backend cuda")
+        return
+    if not catalogue:
+        fail_usage("--backend cuda runs the GPU catalogue: --no-catalogue leaves nothing to run")
+        return
+    if cxxflags is not None:
+        fail_usage("--cxxflags sets the CPU build's flags: it is not an option of --backend cuda")
+        return
+    children.install_signal_handlers()  # from here SIGTERM / SIGHUP raise children.Terminated
+    try:
+        try:
+            tools = cuda.parse_tools(sanitizer_tools if sanitizer_tools is not None
+                                     else ",".join(cuda.DEFAULT_SANITIZER_TOOLS))
+        except runner.UsageError as exc:
+            fail_usage(str(exc))
+            return
+        try:
+            cdir = _root_path(catalogue_dir, root / mut.GPU_CATALOGUE_DIR)
+            mutants = mut.load_gpu_catalogue(root, cdir)
+        except mut.CatalogueError as exc:
+            fail_usage(printable(str(exc)))
+            return
+        mutants = mut.select(mutants, only)
+        if not mutants:
+            fail_usage("no mutant selected (check --only)")
+            return
+        from kdtr.mutate.workspace import nvcc_path
+
+        nvcc = nvcc_path()
+        if nvcc is None:
+            fail_usage("kdtr mutate --backend cuda needs nvcc (not found on PATH, or $NVCC): the GPU mutants are "
+                       "built with the CUDA toolkit")
+            return
+        devices: tuple[int, ...] = ()
+        san_bin = ""
+        if not build_only:
+            devices = cuda.cuda_devices()
+            if not devices:
+                fail_usage("kdtr mutate --backend cuda needs a CUDA device (nvidia-smi lists none here); "
+                           "--build-only builds the mutants without one")
+                return
+            if tools:
+                san_bin = cuda.sanitizer_path() or ""
+                if not san_bin:
+                    fail_usage("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the survivor "
+                               "sweep needs it (--sanitizer-tools none skips the sweep)")
+                    return
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
+            try:
+                ws = mut.CudaWorkspace(root, Path(tmp), jobs=jobs, on_build=lambda base: console.print(
+                    f"kdtr mutate: building the unmutated CUDA binaries (kept in {printable(str(base))})",
+                    markup=False))
+                if build_only:
+                    plan = cuda.CudaPlan({}, gdir)
+                else:
+                    plan = cuda.load_goldens(gdir, registry=kdtr.generators.REGISTRY)
+                    plan.sanitizer_tools, plan.sanitizer_bin, plan.devices = tools, san_bin, devices
+            except (RuntimeError, runner.UsageError) as exc:
+                fail_usage(printable(str(exc)))
+                return
+            except OSError as exc:  # make not found, an unreadable source or cache file
+                fail_usage(printable(f"{exc.filename or 'the unmutated build'}: {exc.strerror or exc}"))
+                return
+            if not ws.wgmma:
+                console.print("kdtr mutate: the CUDA build has no Hopper kernel (no CUTLASS headers: run `make build` "
+                              "first, or set CUTLASS_INCLUDE); mutants of its file are STILLBORN", markup=False)
+            with Progress(TextColumn("[bold]kdtr mutate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.description}"), console=console, transient=True) as progress:
+                task = progress.add_task("", total=len(mutants))
+
+                def done(r: mut.MutantResult) -> None:
+                    if r.outcome in (mut.SURVIVED, mut.STILLBORN, mut.BAD_CLAIM) or (
+                            r.outcome == mut.IDENTICAL and not r.mutant.equivalent):
+                        progress.console.print(f"[bold red]{r.outcome}[/] {escape(r.mutant.id)} "
+                                               f"{escape(printable(r.detail[:160]))}")
+                    progress.update(task, advance=1, description=escape(r.mutant.id))
+
+                try:
+                    results = cuda.run(mutants, ws, plan, jobs, done, build_only=build_only)
+                except runner.UsageError as exc:  # the unmutated build fails a case or a sanitizer check
+                    progress.stop()
+                    fail_usage(printable(str(exc)))
+                    return
+    except (children.Terminated, KeyboardInterrupt) as exc:
+        children.stop_all()  # every build, compiler and test binary still running (each in its own group)
+        click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: mutation run stopped, its builds "
+                   "and binaries killed; no report written", err=True)
+        sys.exit(128 + children.signal_number(exc))
+    env = report.environment()
+    env["commit"] = report.git_commit(root)
+    env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    env["seconds"] = round(time.monotonic() - t0, 1)
+    env["backend"] = "cuda" + (" (--build-only: nothing run)" if build_only else "")
+    env["nvcc"] = f"{nvcc}: " + (_first_line([nvcc, "--version"], last=True) or "?")
+    env["cuda build"] = (f"CUDA_ARCH={mut.workspace.CUDA_ARCH}, Hopper kernel "
+                         f"{'built' if ws.wgmma else 'absent (no CUTLASS headers)'}")
+    if not build_only:
+        env["gpu"] = gpu_description() or "?"
+        env["devices"] = ", ".join(map(str, plan.devices))
+        kept = sum(len(v) for v in plan.kept.values())
+        env["calibration"] = (f"{kept} cases kept (PASS twice, byte-identical), {len(plan.dropped)} NOT_SUPPORTED "
+                              "dropped, on the unmutated build")
+        env["sanitizer sweep"] = (", ".join(tools) + f" ({san_bin}: {_first_line([san_bin, '--version'], last=True)})"
+                                  if tools else "none (--sanitizer-tools none)")
+    env["verdict cache"] = "not used for the cuda backend"
+    try:
+        paths = mut.write_reports(rdir, results, {}, env)
+    except OSError as exc:  # kdtr.fsutil.UnsafePath names the path in str()
+        fail_usage(str(exc) if isinstance(exc, fsutil.UnsafePath)
+                   else f"report directory {rdir}: cannot write the reports ({exc.strerror or exc})")
+        return
+    cols = ("killed", "by sanitizer", "survived", "equivalent", "identical", "stillborn", "bad claim")
+    outcomes = (mut.KILLED, mut.KILLED_BY_SANITIZER, mut.SURVIVED, mut.EQUIVALENT, mut.IDENTICAL, mut.STILLBORN,
+                mut.BAD_CLAIM)
+    if build_only:
+        cols, outcomes = ("built", "identical", "stillborn"), (mut.BUILT, mut.IDENTICAL, mut.STILLBORN)
+    table = Table(title="kdtr GPU mutation score" + (" (--build-only)" if build_only else ""))
+    for col in ("by", "name", "mutants", *cols, *(() if build_only else ("score",))):
+        table.add_column(col, no_wrap=True)
+    for by, scores in (("op", mut.score(results)), ("kernel", mut.kernel_score(results))):
+        for name, s in scores.items():
+            row = [by, name, str(s["mutants"]), *(str(s[o]) for o in outcomes)]
+            if not build_only:
+                row.append("n/a" if s["score"] is None else f"{100 * s['score']:.1f}%")
+            table.add_row(*row)
+    console.print(table)
+    bad = mut.failing(results, {})
+    for r in bad:
+        console.print(printable(f"{r.outcome} {r.mutant.id} ({r.mutant.file}:{r.mutant.line}): {r.detail[:200]}"),
+                      markup=False)
+    console.print("reports: " + ", ".join(printable(str(p)) for p in paths), markup=False)
+    sys.exit(1 if bad else 0)
+
+
+def _first_line(cmd: list[str], last: bool = False) -> str:
+    """The first (``last``: last) non-empty line a tool prints, or "" if it cannot run."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
+    return (lines[-1] if last else lines[0]) if lines else ""

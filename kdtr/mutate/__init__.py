@@ -27,6 +27,11 @@ Two sources of mutants:
 
 The edits are applied to a scratch copy only; the checkout is never modified.
 
+GPU mutants (``kdtr mutate --backend cuda``): the catalogue ``mutants/gpu/<kernel>.toml``
+(:func:`load_gpu_catalogue`), planted in a copy of the unmutated CUDA build
+(:class:`CudaWorkspace`) and judged on the cuda backend, survivors swept by
+compute-sanitizer (:mod:`kdtr.mutate.cuda`; outcome KILLED_BY_SANITIZER).
+
 Layout: :mod:`kdtr.mutate.catalogue` (the mutants, the generic pass, the triage),
 :mod:`kdtr.mutate.workspace` (the cached unmutated build and the per-mutant copies),
 :mod:`kdtr.mutate.execute` (running mutants), :mod:`kdtr.mutate.cache` (the verdict
@@ -35,14 +40,19 @@ cache) and :mod:`kdtr.mutate.report` (score and reports); ``kdtr mutate``
 re-exported here.
 """
 
+from kdtr.mutate import cuda as cuda  # kdtr mutate --backend cuda: cuda.load_goldens, cuda.run, ...
 from kdtr.mutate.cache import CACHE_DIR, VerdictCache
 from kdtr.mutate.catalogue import (
     BAD_CLAIM,
+    BUILT,
     CATALOGUE_DIR,
     EQUIVALENT,
     GENERIC_FILES,
+    GPU_CATALOGUE_DIR,
+    GPU_OUTCOMES,
     IDENTICAL,
     KILLED,
+    KILLED_BY_SANITIZER,
     OPS,
     OUTCOMES,
     STILLBORN,
@@ -54,6 +64,7 @@ from kdtr.mutate.catalogue import (
     code_lines,
     generic_mutants,
     load_catalogue,
+    load_gpu_catalogue,
     load_triage,
     mutate_tool,
     sample,
@@ -61,13 +72,14 @@ from kdtr.mutate.catalogue import (
 )
 from kdtr.mutate.execute import MutantResult, Plan, calibrate, load_goldens, mutant_ops, prepare, run, run_mutant
 from kdtr.mutate.execute import _run_cases as _run_cases  # tests judge cases as a mutant run does
-from kdtr.mutate.report import MUTATION_REPORTS, failing, markdown, score, to_json, write_reports
-from kdtr.mutate.workspace import Workspace, stop_builds
+from kdtr.mutate.report import MUTATION_REPORTS, failing, kernel_score, markdown, score, to_json, write_reports
+from kdtr.mutate.workspace import CudaWorkspace, Workspace, stop_builds
 
 __all__ = [
-    "BAD_CLAIM", "CACHE_DIR", "CATALOGUE_DIR", "EQUIVALENT", "GENERIC_FILES", "IDENTICAL", "KILLED", "MUTATION_REPORTS",
-    "OPS", "OUTCOMES", "STILLBORN", "SURVIVED", "TRIAGE_FILE", "CatalogueError", "Mutant", "MutantResult", "Plan",
-    "Triage", "VerdictCache", "Workspace", "calibrate", "code_lines", "failing", "generic_mutants", "load_catalogue",
-    "load_goldens", "load_triage", "markdown", "mutant_ops", "mutate_tool", "prepare", "run", "run_mutant", "sample",
-    "score", "select", "stop_builds", "to_json", "write_reports",
+    "BAD_CLAIM", "BUILT", "CACHE_DIR", "CATALOGUE_DIR", "EQUIVALENT", "GENERIC_FILES", "GPU_CATALOGUE_DIR",
+    "GPU_OUTCOMES", "IDENTICAL", "KILLED", "KILLED_BY_SANITIZER", "MUTATION_REPORTS", "OPS", "OUTCOMES", "STILLBORN",
+    "SURVIVED", "TRIAGE_FILE", "CatalogueError", "CudaWorkspace", "Mutant", "MutantResult", "Plan", "Triage",
+    "VerdictCache", "Workspace", "calibrate", "code_lines", "cuda", "failing", "generic_mutants", "kernel_score",
+    "load_catalogue", "load_goldens", "load_gpu_catalogue", "load_triage", "markdown", "mutant_ops", "mutate_tool",
+    "prepare", "run", "run_mutant", "sample", "score", "select", "stop_builds", "to_json", "write_reports",
 ]

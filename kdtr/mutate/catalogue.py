@@ -23,6 +23,7 @@ from typing import Any
 from kdtr import children, userfiles
 
 CATALOGUE_DIR = "mutants"
+GPU_CATALOGUE_DIR = "mutants/gpu"  # the GPU catalogue: <kernel>.toml files (kdtr mutate --backend cuda)
 TRIAGE_FILE = "generic_triage.toml"
 # The cores the generic pass mutates (the catalogue may edit any file under cuda_tests/).
 GENERIC_FILES = (
@@ -36,9 +37,15 @@ OPS = ("tree_accept", "tree_build", "verify_attn", "greedy_step")
 KILLED, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM = (
     "KILLED", "SURVIVED", "EQUIVALENT", "IDENTICAL", "STILLBORN", "BAD_CLAIM")
 OUTCOMES = (KILLED, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM)
+# GPU mutants only (kdtr mutate --backend cuda): a survivor of the goldens on which a
+# compute-sanitizer tool reports an error (counted as killed); BUILT: --build-only's verdict
+# on a mutant that compiles and changes the binaries (nothing was run).
+KILLED_BY_SANITIZER, BUILT = "KILLED_BY_SANITIZER", "BUILT"
+GPU_OUTCOMES = (KILLED, KILLED_BY_SANITIZER, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM, BUILT)
 
 _REQUIRED = ("name", "op", "file", "bug", "origin", "find", "replace")
 _OPTIONAL = ("equivalent",)
+_GPU_REQUIRED = ("backend", "kernel")  # a GPU catalogue entry's fields on top of the CPU schema
 _NAME = re.compile(r"[a-z0-9][a-z0-9_]*\Z")
 
 
@@ -66,6 +73,8 @@ class Mutant:
     equivalent: str = ""  # why no input can tell (declared equivalent), or ""
     line: int = 0  # generic mutants: the line replaced; catalogue: where `find` starts
     kind: str = "catalogue"
+    backend: str = "cpu"  # "cuda": a GPU catalogue mutant (mutants/gpu/<kernel>.toml)
+    kernel: str = ""  # GPU mutants: the target kernel (the catalogue file's stem), else ""
 
     def apply(self, text: str) -> str:
         """``text`` with this mutant's edit.
@@ -132,9 +141,42 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
             hint = ("; kdtr mutate needs a kdtr checkout (mutants/, cuda_tests/, Makefile): set KDTR_ROOT to one, "
                     "or give --catalogue-dir")
         raise CatalogueError(f"{cat_dir}: no catalogue files (<op>.toml){hint}")
+    return _load_files(root, files, gpu=False)
+
+
+def load_gpu_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
+    """Every mutant of the GPU catalogue files ``<cat_dir>/<kernel>.toml`` (default
+    ``<root>/mutants/gpu``), in file order, each checked to apply to today's code.
+
+    Schema: the CPU catalogue's (:func:`load_catalogue`: ``name``, ``op``, ``file``,
+    ``bug``, ``origin``, ``find``, ``replace``, optional ``equivalent``) with two more
+    required string fields: ``backend = "cuda"`` and ``kernel``, the target kernel, equal
+    to the file's stem (``select.toml``: ``kernel = "select"``). ``op`` is the op whose
+    kernel it is (one of :data:`OPS`, any file), ``name`` is unique in its file; the id is
+    ``gpu/<kernel>/<name>``.
+
+    Raises:
+        CatalogueError: an unreadable or malformed file, entry or field (the message names
+            the file, ``mutant #N`` and the field), a duplicate name, or a mutant that no
+            longer applies.
+    """
+    cat_dir = cat_dir or root / GPU_CATALOGUE_DIR
+    files = sorted(cat_dir.glob("*.toml")) if cat_dir.is_dir() else []
+    files = [p for p in files if p.name != TRIAGE_FILE]
+    if not files:
+        raise CatalogueError(f"{cat_dir}: no GPU catalogue files (<kernel>.toml)")
+    for path in files:
+        if not _NAME.match(path.stem):
+            raise CatalogueError(f"{path}: the file's stem {path.stem!r} is not a kernel name ([a-z0-9_])")
+    return _load_files(root, files, gpu=True)
+
+
+def _load_files(root: Path, files: list[Path], gpu: bool) -> list[Mutant]:
+    """The mutants of catalogue ``files`` (CPU: ``<op>.toml``; ``gpu``: ``<kernel>.toml``)."""
     mutants: list[Mutant] = []
     seen: set[str] = set()
     texts: dict[str, str] = {}
+    required = _REQUIRED + _GPU_REQUIRED if gpu else _REQUIRED
     for path in files:
         doc = _load_toml(path, "catalogue")
         stray = sorted(set(doc) - {"mutant"})
@@ -146,17 +188,24 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
         for i, e in enumerate(entries):
             if not isinstance(e, dict):
                 raise _entry_error(path, i, f"a {type(e).__name__}, not a table (write [[mutant]] tables)")
-            for key in _REQUIRED:
+            for key in required:
                 if not isinstance(e.get(key), str) or not e[key]:
                     raise _entry_error(path, i, f"field {key!r} missing or not a non-empty string")
             for key in e:
-                if key not in _REQUIRED and key not in _OPTIONAL:
+                if key not in required and key not in _OPTIONAL:
                     raise _entry_error(path, i, f"unknown field {key!r}")
             if "equivalent" in e and (not isinstance(e["equivalent"], str) or not e["equivalent"].strip()):
                 raise _entry_error(path, i, "field 'equivalent' must be the reason (a non-empty string)")
             if not _NAME.match(e["name"]):
                 raise _entry_error(path, i, f"field 'name' {e['name']!r}: use [a-z0-9_]")
-            if e["op"] != path.stem:
+            if gpu:
+                if e["backend"] != "cuda":
+                    raise _entry_error(path, i, f"field 'backend' {e['backend']!r}: GPU catalogue entries are "
+                                                "backend = \"cuda\"")
+                if e["kernel"] != path.stem:
+                    raise _entry_error(path, i, f"field 'kernel' {e['kernel']!r}: entries of {path.name} target "
+                                                f"kernel {path.stem!r}")
+            elif e["op"] != path.stem:
                 raise _entry_error(path, i, f"field 'op' {e['op']!r}: entries of {path.name} belong to {path.stem!r}")
             if e["op"] not in OPS:
                 raise _entry_error(path, i, f"field 'op' {e['op']!r}: not an op ({', '.join(OPS)})")
@@ -165,7 +214,7 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
                 raise _entry_error(path, i, f"field 'file' {rel!r}: must be a file under cuda_tests/")
             if e["find"] == e["replace"]:
                 raise _entry_error(path, i, "fields 'find' and 'replace' are equal: no edit")
-            mid = f"{e['op']}/{e['name']}"
+            mid = f"gpu/{e['kernel']}/{e['name']}" if gpu else f"{e['op']}/{e['name']}"
             if mid in seen:
                 raise _entry_error(path, i, f"field 'name': duplicate mutant {mid}")
             seen.add(mid)
@@ -176,7 +225,9 @@ def load_catalogue(root: Path, cat_dir: Path | None = None) -> list[Mutant]:
                     raise _entry_error(path, i, f"field 'file' {rel!r}: {exc.strerror or exc}") from exc
                 except userfiles.UserFileError as exc:
                     raise _entry_error(path, i, f"field 'file' {rel!r}: {exc.detail}") from exc
-            m = Mutant(mid, e["op"], rel, e["bug"], e["origin"], e["find"], e["replace"], e.get("equivalent", ""))
+            extra = {"backend": "cuda", "kernel": e["kernel"]} if gpu else {}
+            m = Mutant(mid, e["op"], rel, e["bug"], e["origin"], e["find"], e["replace"], e.get("equivalent", ""),
+                       **extra)
             try:
                 m.apply(texts[rel])
             except CatalogueError as exc:

@@ -49,7 +49,8 @@ class MutantResult:
         return {"id": m.id, "kind": m.kind, "op": m.op, "file": m.file, "line": m.line, "bug": m.bug,
                 "origin": m.origin, "find": m.find, "replace": m.replace, "equivalent": m.equivalent,
                 "outcome": self.outcome, "killed_by": self.killed_by, "detail": self.detail,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2), **({"backend": m.backend, "kernel": m.kernel}
+                                                      if m.backend != "cpu" else {})}
 
 
 @dataclass

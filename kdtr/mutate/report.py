@@ -9,37 +9,74 @@ from pathlib import Path
 from typing import Any
 
 from kdtr import fsutil
-from kdtr.mutate.catalogue import BAD_CLAIM, EQUIVALENT, IDENTICAL, KILLED, OPS, OUTCOMES, STILLBORN, SURVIVED, Triage
+from kdtr.mutate.catalogue import (
+    BAD_CLAIM,
+    BUILT,
+    EQUIVALENT,
+    GPU_OUTCOMES,
+    IDENTICAL,
+    KILLED,
+    KILLED_BY_SANITIZER,
+    OPS,
+    OUTCOMES,
+    STILLBORN,
+    SURVIVED,
+    Triage,
+)
 from kdtr.mutate.execute import MutantResult
 
 MUTATION_REPORTS = ("mutation.json", "mutation.md")
+
+
+def _counts(rs: list[MutantResult], outcomes: tuple[str, ...]) -> dict[str, Any]:
+    c = {o: sum(r.outcome == o for r in rs) for o in outcomes}
+    killed = c[KILLED] + c[BAD_CLAIM] + c.get(KILLED_BY_SANITIZER, 0)
+    judged = killed + c[SURVIVED]
+    return {"mutants": len(rs), **c, "score": (killed / judged) if judged else None}
+
+
+def _outcomes_of(results: list[MutantResult]) -> tuple[str, ...]:
+    return GPU_OUTCOMES if any(r.mutant.backend == "cuda" for r in results) else OUTCOMES
 
 
 def score(results: list[MutantResult]) -> dict[str, dict[str, Any]]:
     """Per op and "all": counts of each outcome and the score killed / (killed +
     survived): the share of mutants that compute a wrong output which the goldens catch
     (EQUIVALENT, IDENTICAL and STILLBORN mutants compute no wrong output, BAD_CLAIM ones
-    count as killed)."""
+    count as killed; GPU mutants: KILLED_BY_SANITIZER too, and the counts hold every
+    outcome of :data:`GPU_OUTCOMES`)."""
     out: dict[str, dict[str, Any]] = {}
+    outcomes = _outcomes_of(results)
     for key in (*OPS, "all"):
         rs = [r for r in results if key == "all" or r.mutant.op == key]
         if not rs:
             continue
-        c = {o: sum(r.outcome == o for r in rs) for o in OUTCOMES}
-        killed = c[KILLED] + c[BAD_CLAIM]
-        judged = killed + c[SURVIVED]
-        out[key] = {"mutants": len(rs), **c, "score": (killed / judged) if judged else None}
+        out[key] = _counts(rs, outcomes)
+    return out
+
+
+def kernel_score(results: list[MutantResult]) -> dict[str, dict[str, Any]]:
+    """GPU mutants per target kernel (their catalogue file, in order of first appearance)
+    and "all": the counts of :data:`GPU_OUTCOMES` and the score, as :func:`score`."""
+    out: dict[str, dict[str, Any]] = {}
+    kernels = list(dict.fromkeys(r.mutant.kernel for r in results))
+    for key in (*kernels, "all"):
+        rs = [r for r in results if key == "all" or r.mutant.kernel == key]
+        if rs:
+            out[key] = _counts(rs, GPU_OUTCOMES)
     return out
 
 
 def failing(results: list[MutantResult], triage: dict[tuple[str, str, str], Triage]) -> list[MutantResult]:
     """The results that make ``kdtr mutate`` exit 1: a catalogue mutant that survived, did
-    not compile or was wrongly declared equivalent; a generic survivor not triaged
-    "equivalent"."""
+    not compile or was wrongly declared equivalent; a GPU mutant that is IDENTICAL without
+    being declared equivalent; a generic survivor not triaged "equivalent"."""
     bad = []
     for r in results:
         if r.mutant.kind == "catalogue" and r.outcome in (SURVIVED, STILLBORN, BAD_CLAIM):
             bad.append(r)
+        elif r.mutant.backend == "cuda" and r.outcome == IDENTICAL and not r.mutant.equivalent:
+            bad.append(r)  # a GPU catalogue entry that changes no binary: fix it or declare why
         elif r.mutant.kind == "generic" and r.outcome == SURVIVED:
             t = triage.get((r.mutant.file, r.mutant.find.strip(), r.mutant.replace.strip()))
             if t is None or t.verdict != "equivalent":
@@ -59,7 +96,7 @@ def markdown(results: list[MutantResult], triage: dict[tuple[str, str, str], Tri
     lines = ["# Mutation report", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     for kind in ("catalogue", "generic"):
-        rs = [r for r in results if r.mutant.kind == kind]
+        rs = [r for r in results if r.mutant.kind == kind and r.mutant.backend == "cpu"]
         if not rs:
             continue
         lines += ["", f"## {kind.capitalize()}", "",
@@ -84,16 +121,60 @@ def markdown(results: list[MutantResult], triage: dict[tuple[str, str, str], Tri
             for r in rs:
                 why = ", ".join(k.removesuffix("@cpu") for k in r.killed_by) or r.detail
                 lines.append(f"| `{r.mutant.id}` | {_cell(r.mutant.bug)} | {r.outcome} | {_cell(why)} |")
+    gpu = [r for r in results if r.mutant.backend == "cuda"]
+    if gpu:
+        lines += _gpu_markdown(gpu)
     return "\n".join(lines) + "\n"
+
+
+_GPU_COLUMNS = ((KILLED, "killed by goldens"), (KILLED_BY_SANITIZER, "killed by sanitizer"), (SURVIVED, "survived"),
+                (EQUIVALENT, "equivalent"), (IDENTICAL, "identical"), (STILLBORN, "stillborn"),
+                (BAD_CLAIM, "bad claim"), (BUILT, "built"))
+
+
+def _gpu_table(first: str, scores: dict[str, dict[str, Any]]) -> list[str]:
+    # BUILT only where --build-only made it (nothing ran: no score)
+    cols = [(o, name) for o, name in _GPU_COLUMNS if o != BUILT or any(s[BUILT] for s in scores.values())]
+    lines = [f"| {first} | mutants | " + " | ".join(name for _, name in cols) + " | score |",
+             "|---" * (len(cols) + 3) + "|"]
+    for key, s in scores.items():
+        lines.append(f"| {key} | {s['mutants']} | " + " | ".join(str(s[o]) for o, _ in cols) +
+                     f" | {_pct(s['score'])} |")
+    return lines
+
+
+def _gpu_markdown(rs: list[MutantResult]) -> list[str]:
+    """The GPU catalogue's section: per op, per kernel, the survivors, every mutant."""
+    lines = ["", "## GPU catalogue", "", *_gpu_table("op", score(rs)), "", "### Per kernel", "",
+             *_gpu_table("kernel", kernel_score(rs))]
+    surv = [r for r in rs if r.outcome in (SURVIVED, BAD_CLAIM)]
+    if surv:
+        lines += ["", "### Survivors", ""]
+        for r in surv:
+            m = r.mutant
+            lines.append(f"- {r.outcome} `{m.id}` {m.file}:{m.line}: `{_cell(m.find.strip())}` -> "
+                         f"`{_cell(m.replace.strip())}` -- {_cell(r.detail)}")
+    lines += ["", "### Every GPU mutant", "", "| mutant | op | bug | outcome | killed by / reason |",
+              "|---|---|---|---|---|"]
+    for r in rs:
+        why = ", ".join(r.killed_by) or r.detail
+        if r.killed_by and r.outcome in (KILLED_BY_SANITIZER, KILLED, BAD_CLAIM) and r.detail:
+            why = r.detail
+        lines.append(f"| `{r.mutant.id}` | {r.mutant.op} | {_cell(r.mutant.bug)} | {r.outcome} | {_cell(why)} |")
+    return lines
 
 
 def to_json(results: list[MutantResult], triage: dict[tuple[str, str, str], Triage],
             env: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"environment": env, "score": {}, "mutants": []}
     for kind in ("catalogue", "generic"):
-        rs = [r for r in results if r.mutant.kind == kind]
+        rs = [r for r in results if r.mutant.kind == kind and r.mutant.backend == "cpu"]
         if rs:
             out["score"][kind] = score(rs)
+    gpu = [r for r in results if r.mutant.backend == "cuda"]
+    if gpu:
+        out["score"]["gpu"] = score(gpu)
+        out["score"]["gpu_kernels"] = kernel_score(gpu)
     for r in results:
         j = r.to_json()
         t = triage.get((r.mutant.file, r.mutant.find.strip(), r.mutant.replace.strip()))

@@ -138,8 +138,8 @@ class Workspace:
         self.root = root
         self.scratch = scratch
         self.cxxflags = cxxflags
-        cache_dir = cache_dir or root / "build" / "mutate"
-        self.base = cache_dir / f"base-{_tree_digest(root, cxxflags)}"
+        cache_dir = cache_dir or root / self.CACHE
+        self.base = cache_dir / f"base-{self._key()}"
         cache_dir.mkdir(parents=True, exist_ok=True)
         lock = fsutil.open_lock(cache_dir / ".lock")
         try:
@@ -151,7 +151,7 @@ class Workspace:
             self.graph = self._load_graph()
         finally:
             os.close(lock)
-        self.digests = {op: _digest(self.base / binary(op)) for op in OPS}
+        self.digests = {op: self.binary_digest(self.base / binary(op)) for op in OPS}
         self.deps: dict[str, set[str]] = {op: self.sources(self.graph, [op]) for op in OPS}
         lost = [op for op in OPS if not any(n.startswith("cuda_tests/") for n in self.deps[op])]
         if lost:  # never judge mutants against a graph that says a binary is built from nothing
@@ -160,6 +160,36 @@ class Workspace:
         self._file_digests: dict[str, str] = {}
         self._n = 0
         self._lock = threading.Lock()
+
+    CACHE = Path("build") / "mutate"  # the default cache_dir, under the root
+    VARIANT = "CPU"  # in messages: "the unmutated CPU build failed"
+
+    def _key(self) -> str:
+        """The name of the unmutated build in the cache (``base-<key>``)."""
+        return _tree_digest(self.root, self.cxxflags)
+
+    base_jobs = 1  # make jobs of the unmutated build (the CPU build: make's default, one)
+
+    def build(self, cwd: Path, targets: list[str], jobs: int = 1) -> subprocess.CompletedProcess:
+        """``make`` of ``targets`` in the build ``cwd`` (the base's staging, or a mutant's
+        copy); ``jobs``: make's ``-j`` (the CPU build ignores it: one job).
+
+        Raises:
+            runner.Terminated: the run is being interrupted (no build starts).
+            OSError: make cannot be started.
+        """
+        return _make(cwd, targets, self.cxxflags)
+
+    def _make_cmd(self, targets: list[str], *flags: str) -> list[str]:
+        return _make_cmd(targets, self.cxxflags, *flags)
+
+    def _seed(self, tmp: Path) -> None:
+        """Put what the unmutated build may reuse into its staging directory ``tmp`` (the CPU
+        build: nothing)."""
+
+    def binary_digest(self, path: Path) -> str:
+        """The digest two builds of a binary are compared by (IDENTICAL): sha256 of its bytes."""
+        return _digest(path)
 
     def _build_base(self, cache_dir: Path) -> None:
         # Called under the cache lock: one cached build at a time; stale staging of a killed
@@ -171,9 +201,10 @@ class Workspace:
         try:
             shutil.copy2(self.root / "Makefile", tmp / "Makefile")
             shutil.copytree(self.root / "cuda_tests", tmp / "cuda_tests")  # links copied as files
-            r = _make(tmp, [binary(op) for op in OPS], self.cxxflags)
+            self._seed(tmp)
+            r = self.build(tmp, [binary(op) for op in OPS], jobs=self.base_jobs)
             if r.returncode != 0:
-                raise RuntimeError(f"the unmutated CPU build failed:\n{r.stderr[-3000:]}")
+                raise RuntimeError(f"the unmutated {self.VARIANT} build failed:\n{r.stderr[-3000:]}")
             self._write_graph(tmp)
             (tmp / ".complete").touch()
             os.rename(tmp, self.base)  # whole or absent: never a half-copied cache
@@ -186,7 +217,7 @@ class Workspace:
         recipe runs), written to ``d/make-graph.json``."""
         if children.stopping():
             raise runner.Terminated(signal.SIGTERM)
-        r = children.run_captured(_make_cmd([binary(op) for op in OPS], self.cxxflags, "-pq"), cwd=d)
+        r = children.run_captured(self._make_cmd([binary(op) for op in OPS], "-pq"), cwd=d)
         if r.returncode not in (0, 1):  # 1: something is out of date (-q); 2: make failed
             raise RuntimeError(f"make -pq (the dependency graph of the unmutated build) failed:\n{r.stderr[-3000:]}")
         start = r.stdout.find("\n# Files\n")
@@ -257,3 +288,143 @@ class Workspace:
             except OSError:
                 continue
         return graph
+
+
+# ---------------------------------------------------------------------------------------
+# The CUDA build (kdtr mutate --backend cuda)
+# ---------------------------------------------------------------------------------------
+
+_ANON_NAMESPACE = re.compile(rb"_GLOBAL__N__[0-9a-f]{8}_")  # nvcc's name of an anonymous namespace
+CUDA_ARCH = "90"  # the H200's: the Makefile's default, given explicitly (the Hopper kernel needs 90)
+
+
+def nvcc_path() -> str | None:
+    """The nvcc the Makefile would use ($NVCC, default ``nvcc``, on PATH), or None."""
+    return shutil.which(os.environ.get("NVCC") or "nvcc")
+
+
+def _tool_version(cmd: list[str]) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout.strip()
+
+
+class CudaWorkspace(Workspace):
+    """A scratch copy of Makefile + cuda_tests/ with the unmutated CUDA binaries built
+    (``make BUILD=build CUDA_ARCH=90``, nvcc), cached in ``cache_dir/base-<digest>``
+    (default ``<root>/build/mutate-cuda``, apart from the CPU build's cache so that neither
+    build removes the other), with make's dependency graph: as :class:`Workspace`.
+
+    The key of the cached build: the bytes of Makefile and cuda_tests/, the variant
+    ("cuda"), CUDA_ARCH, the nvcc found and its ``--version``, $CXX, $NVCCFLAGS, $CXXFLAGS,
+    $LDFLAGS, $CUTLASS_INCLUDE and the CUTLASS header trees of the checkout's
+    ``build/third_party``.
+
+    The Hopper kernel's CUTLASS headers: ``$CUTLASS_INCLUDE`` if set (make reads it from
+    the environment), else the checkout's ``build/third_party`` (what ``make deps``
+    extracts) is linked into the build as ``build/third_party``, so the Makefile finds
+    them where it looks itself and writes the same configuration as the checkout's build.
+    That lets the unmutated build start from the checkout's own objects and binaries
+    (``build/obj``, ``build/bin``, ``build/config.stamp`` copied with their modification
+    times): make then rebuilds only what is out of date there, nothing at all right after a
+    ``make build`` of the same sources (a different configuration rebuilds everything, as
+    make always does). ``seed=False``: build from nothing.
+
+    Binaries are compared (IDENTICAL) stripped and with nvcc's path-dependent names
+    normalised (:meth:`binary_digest`): nvcc names a temporary file (``tmpxft_<pid>_...``)
+    in each object's symbol table and each anonymous namespace by a hash of the source's
+    directory, so two compiles of the same source in two copies never give the same bytes.
+
+    ``jobs``: make's ``-j`` for the unmutated build (each mutant's make runs one job: the
+    mutants build in parallel). ``wgmma``: whether the build has the Hopper kernel.
+
+    Raises:
+        kdtr.fsutil.UnsafePath: (an OSError) the lock file is a link or not kdtr's.
+        RuntimeError: the unmutated build failed, or make's graph names no source of a binary.
+    """
+
+    CACHE = Path("build") / "mutate-cuda"
+    VARIANT = "CUDA"
+
+    def __init__(self, root: Path, scratch: Path, cache_dir: Path | None = None, *, jobs: int = 1,
+                 seed: bool = True, on_build: Callable[[Path], None] | None = None) -> None:
+        self.base_jobs = max(1, jobs)
+        self.seed = seed
+        scratch.mkdir(parents=True, exist_ok=True)  # binary_digest's stripped copies go there
+        super().__init__(root, scratch, None, cache_dir, on_build=on_build)
+        try:
+            config = (self.base / CONFIG_STAMP).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            config = ""
+        self.config = config.strip()
+        self.wgmma = "wgmma=sm_90a" in config
+
+    def _third_party(self) -> Path:
+        return self.root / "build" / "third_party"
+
+    def _key(self) -> str:
+        h = hashlib.sha256(_tree_digest(self.root, None).encode())
+        nvcc = nvcc_path()
+        env = {k: os.environ.get(k) for k in ("CXX", "NVCCFLAGS", "CXXFLAGS", "LDFLAGS", "CUTLASS_INCLUDE")}
+        tp = self._third_party()
+        trees = sorted(p.name for p in tp.glob("cutlass-*")) if tp.is_dir() else []
+        h.update(repr(("cuda", CUDA_ARCH, nvcc, _tool_version([nvcc, "--version"]) if nvcc else "", env,
+                       trees)).encode())
+        return h.hexdigest()[:16]
+
+    def _vars(self) -> list[str]:
+        return ["BUILD=build", f"CUDA_ARCH={CUDA_ARCH}"]
+
+    def build(self, cwd: Path, targets: list[str], jobs: int = 1) -> subprocess.CompletedProcess:
+        if children.stopping():
+            raise runner.Terminated(signal.SIGTERM)
+        return children.run_captured(["make", "-s", f"-j{max(1, jobs)}", *self._vars(), *targets], cwd=cwd)
+
+    def _make_cmd(self, targets: list[str], *flags: str) -> list[str]:
+        return ["make", *flags, *self._vars(), *targets]
+
+    def _seed(self, tmp: Path) -> None:
+        (tmp / "build").mkdir(exist_ok=True)
+        tp = self._third_party()
+        if tp.is_dir() and not os.environ.get("CUTLASS_INCLUDE"):
+            os.symlink(tp.resolve(), tmp / "build" / "third_party")  # the CUTLASS headers, not copied
+        if not self.seed:
+            return
+        src = self.root / "build"
+        try:
+            stamp = (src / "config.stamp").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return
+        if not stamp.startswith("cuda"):
+            return  # a CPU-only build of the checkout: nothing to reuse
+        for sub in ("obj", "bin"):
+            if (src / sub).is_dir() and not (src / sub).is_symlink():
+                shutil.copytree(src / sub, tmp / "build" / sub, symlinks=True,
+                                ignore=shutil.ignore_patterns("pic", "*.tmp"))
+        shutil.copy2(src / "config.stamp", tmp / CONFIG_STAMP)
+
+    def binary_digest(self, path: Path) -> str:
+        """sha256 of the binary stripped (symbols and the build-id note removed: ``strip
+        -R .note.gnu.build-id``), each anonymous namespace's name ``_GLOBAL__N__<8 hex>_``
+        written with zeros: nvcc names each translation unit's anonymous namespace by a hash
+        of its directory, so the same source compiled in another copy of the build gives
+        other names, and nothing else. Without ``strip``, of its bytes (then no two builds
+        compare equal: no mutant is IDENTICAL, each is run)."""
+        strip = shutil.which("strip")
+        if strip is None:
+            return _digest(path)
+        fd, tmp = tempfile.mkstemp(prefix="kdtr-strip-", dir=self.scratch)
+        os.close(fd)
+        try:
+            r = children.run_captured([strip, "-R", ".note.gnu.build-id", "-o", tmp, str(path)])
+            if r.returncode != 0:
+                return _digest(path)
+            data = _ANON_NAMESPACE.sub(b"_GLOBAL__N__00000000_", Path(tmp).read_bytes())
+            return hashlib.sha256(data).hexdigest()
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:  # strip removes its output when it fails
+                pass
