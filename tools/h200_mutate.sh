@@ -8,7 +8,9 @@
 #   BACKEND=cuda bash tools/h200_mutate.sh  the GPU catalogue (mutants/gpu/): make -j$(nproc) build,
 #                                           then kdtr mutate --backend cuda -j $(nproc); the whole
 #                                           script bounded by MUTATE_S seconds (default 540: one
-#                                           device call of at most 10 min, the build included)
+#                                           device call of at most 10 min, the build included):
+#                                           kdtr gets --time-budget (what is left - 30 s), so it
+#                                           writes its report (mutants not judged: NOT_RUN)
 #
 # BACKEND=cuda writes four plain files to $OUT: mutate-env.txt (date, machine, GPU, nvcc,
 # compute-sanitizer, the build's last lines and seconds), mutate.log.gz (kdtr mutate's
@@ -37,12 +39,14 @@ if [ "${BACKEND:-cpu}" = cuda ]; then
     exit "$rc"
   fi
   left=$(( ${MUTATE_S:-540} - ($(date +%s) - start) ))
-  [ "$left" -lt 60 ] && left=60
-  echo "kdtr mutate --backend cuda: at most $left s" >> "$OUT/mutate-env.txt"
+  [ "$left" -lt 90 ] && left=90
+  budget=$(( left - 30 ))
+  echo "kdtr mutate --backend cuda: --time-budget $budget, killed at $left s" >> "$OUT/mutate-env.txt"
   rdir=/tmp/h200-mutate-reports
-  # SIGTERM at the limit: kdtr mutate kills its builds and binaries and exits 143 (no report)
-  timeout --kill-after=20 "$left" python3 -m kdtr.cli mutate --backend cuda -j "$(nproc)" --report-dir "$rdir" "$@" \
-    > /tmp/h200-mutate.log 2>&1
+  # --time-budget: kdtr stops what still runs, reports it NOT_RUN and writes the report;
+  # the timeout is the backstop (SIGTERM: kdtr kills its builds and binaries, exits 143, no report)
+  timeout --kill-after=20 "$left" python3 -m kdtr.cli mutate --backend cuda -j "$(nproc)" --time-budget "$budget" \
+    --report-dir "$rdir" "$@" > /tmp/h200-mutate.log 2>&1
   rc=$?
   echo "kdtr mutate: exit $rc, $(( $(date +%s) - start )) s since the start" >> "$OUT/mutate-env.txt"
   gzip -c /tmp/h200-mutate.log > "$OUT/mutate.log.gz"

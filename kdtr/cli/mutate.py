@@ -75,8 +75,11 @@ def _root_path(value: str | None, default: Path) -> Path:
 @click.option("--sanitizer-tools", default=None, metavar="TOOLS",
               help="--backend cuda: the compute-sanitizer tools that sweep the goldens' survivors, in order "
                    "(comma-separated; none: no sweep). Default: memcheck,racecheck,synccheck.")
+@click.option("--time-budget", type=click.FloatRange(min=1.0), default=None, metavar="SECONDS",
+              help="--backend cuda: that long after the start, kill every build and binary still running and "
+                   "report each mutant not judged by then as NOT_RUN (the report is written; exit 1).")
 def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalogue_dir, golden_dir,
-           report_dir, backend, build_only, sanitizer_tools) -> None:
+           report_dir, backend, build_only, sanitizer_tools, time_budget) -> None:
     """Plant each catalogued bug alone in a scratch copy of the CPU cores, rebuild, run the
     committed goldens; write reports/mutation.md and .json (docs/mutation.md).
 
@@ -93,11 +96,13 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalo
     rdir = _root_path(report_dir, root / "reports")
     if backend == "cuda":
         _mutate_cuda(root, gdir, rdir, only, generic, catalogue, jobs, cxxflags, catalogue_dir, build_only,
-                     sanitizer_tools)
+                     sanitizer_tools, time_budget)
         return
-    if build_only or sanitizer_tools is not None:
-        fail_usage(f"{'--build-only' if build_only else '--sanitizer-tools'} is an option of --backend cuda")
-        return
+    for name, given in (("--build-only", build_only), ("--sanitizer-tools", sanitizer_tools is not None),
+                        ("--time-budget", time_budget is not None)):
+        if given:
+            fail_usage(f"{name} is an option of --backend cuda")
+            return
     generic_note = ""
     children.install_signal_handlers()  # from here SIGTERM / SIGHUP raise children.Terminated
     try:
@@ -195,8 +200,9 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalo
 
 def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalogue: bool, jobs: int,
                  cxxflags: str | None, catalogue_dir: str | None, build_only: bool,
-                 sanitizer_tools: str | None) -> None:
+                 sanitizer_tools: str | None, time_budget: float | None) -> None:
     """``kdtr mutate --backend cuda`` (docs/mutation.md, "GPU catalogue"); exits."""
+    t0 = time.monotonic()  # --time-budget counts from here, the unmutated build included
     import kdtr.generators  # the configuration registry (kdtr.generators.REGISTRY)
     from kdtr import mutate as mut
     from kdtr.cli.main import gpu_description
@@ -250,7 +256,6 @@ def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalo
                     fail_usage("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the survivor "
                                "sweep needs it (--sanitizer-tools none skips the sweep)")
                     return
-        t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="kdtr-mutate-") as tmp:
             try:
                 ws = mut.CudaWorkspace(root, Path(tmp), jobs=jobs, on_build=lambda base: console.print(
@@ -282,7 +287,8 @@ def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalo
                     progress.update(task, advance=1, description=escape(r.mutant.id))
 
                 try:
-                    results = cuda.run(mutants, ws, plan, jobs, done, build_only=build_only)
+                    results = cuda.run(mutants, ws, plan, jobs, done, build_only=build_only,
+                                       deadline=None if time_budget is None else t0 + time_budget)
                 except runner.UsageError as exc:  # the unmutated build fails a case or a sanitizer check
                     progress.stop()
                     fail_usage(printable(str(exc)))
@@ -308,6 +314,9 @@ def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalo
                               "dropped, on the unmutated build")
         env["sanitizer sweep"] = (", ".join(tools) + f" ({san_bin}: {_first_line([san_bin, '--version'], last=True)})"
                                   if tools else "none (--sanitizer-tools none)")
+    if time_budget is not None:
+        not_run = sum(r.outcome == mut.NOT_RUN for r in results)
+        env["time budget"] = f"{time_budget:g} s" + (f": ran out, {not_run} mutants NOT_RUN" if not_run else "")
     env["verdict cache"] = "not used for the cuda backend"
     try:
         paths = mut.write_reports(rdir, results, {}, env)
@@ -320,6 +329,8 @@ def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalo
                 mut.BAD_CLAIM)
     if build_only:
         cols, outcomes = ("built", "identical", "stillborn"), (mut.BUILT, mut.IDENTICAL, mut.STILLBORN)
+    if any(r.outcome == mut.NOT_RUN for r in results):
+        cols, outcomes = (*cols, "not run"), (*outcomes, mut.NOT_RUN)
     table = Table(title="kdtr GPU mutation score" + (" (--build-only)" if build_only else ""))
     for col in ("by", "name", "mutants", *cols, *(() if build_only else ("score",))):
         table.add_column(col, no_wrap=True)
@@ -332,7 +343,12 @@ def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalo
     console.print(table)
     bad = mut.failing(results, {})
     for r in bad:
-        console.print(printable(f"{r.outcome} {r.mutant.id} ({r.mutant.file}:{r.mutant.line}): {r.detail[:200]}"),
+        if r.outcome != mut.NOT_RUN:
+            console.print(printable(f"{r.outcome} {r.mutant.id} ({r.mutant.file}:{r.mutant.line}): "
+                                    f"{r.detail[:200]}"), markup=False)
+    not_run = sum(r.outcome == mut.NOT_RUN for r in results)
+    if not_run:
+        console.print(f"NOT_RUN: {not_run} of {len(results)} mutants (--time-budget {time_budget:g} s spent)",
                       markup=False)
     console.print("reports: " + ", ".join(printable(str(p)) for p in paths), markup=False)
     sys.exit(1 if bad else 0)

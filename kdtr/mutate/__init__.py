@@ -53,6 +53,7 @@ from kdtr.mutate.catalogue import (
     IDENTICAL,
     KILLED,
     KILLED_BY_SANITIZER,
+    NOT_RUN,
     OPS,
     OUTCOMES,
     STILLBORN,
@@ -77,9 +78,10 @@ from kdtr.mutate.workspace import CudaWorkspace, Workspace, stop_builds
 
 __all__ = [
     "BAD_CLAIM", "BUILT", "CACHE_DIR", "CATALOGUE_DIR", "EQUIVALENT", "GENERIC_FILES", "GPU_CATALOGUE_DIR",
-    "GPU_OUTCOMES", "IDENTICAL", "KILLED", "KILLED_BY_SANITIZER", "MUTATION_REPORTS", "OPS", "OUTCOMES", "STILLBORN",
-    "SURVIVED", "TRIAGE_FILE", "CatalogueError", "CudaWorkspace", "Mutant", "MutantResult", "Plan", "Triage",
-    "VerdictCache", "Workspace", "calibrate", "code_lines", "cuda", "failing", "generic_mutants", "kernel_score",
-    "load_catalogue", "load_goldens", "load_gpu_catalogue", "load_triage", "markdown", "mutant_ops", "mutate_tool",
-    "prepare", "run", "run_mutant", "sample", "score", "select", "stop_builds", "to_json", "write_reports",
+    "GPU_OUTCOMES", "IDENTICAL", "KILLED", "KILLED_BY_SANITIZER", "MUTATION_REPORTS", "NOT_RUN", "OPS", "OUTCOMES",
+    "STILLBORN", "SURVIVED", "TRIAGE_FILE", "CatalogueError", "CudaWorkspace", "Mutant", "MutantResult", "Plan",
+    "Triage", "VerdictCache", "Workspace", "calibrate", "code_lines", "cuda", "failing", "generic_mutants",
+    "kernel_score", "load_catalogue", "load_goldens", "load_gpu_catalogue", "load_triage", "markdown", "mutant_ops",
+    "mutate_tool", "prepare", "run", "run_mutant", "sample", "score", "select", "stop_builds", "to_json",
+    "write_reports",
 ]

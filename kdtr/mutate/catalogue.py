@@ -39,9 +39,10 @@ KILLED, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM = (
 OUTCOMES = (KILLED, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM)
 # GPU mutants only (kdtr mutate --backend cuda): a survivor of the goldens on which a
 # compute-sanitizer tool reports an error (counted as killed); BUILT: --build-only's verdict
-# on a mutant that compiles and changes the binaries (nothing was run).
-KILLED_BY_SANITIZER, BUILT = "KILLED_BY_SANITIZER", "BUILT"
-GPU_OUTCOMES = (KILLED, KILLED_BY_SANITIZER, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM, BUILT)
+# on a mutant that compiles and changes the binaries (nothing was run); NOT_RUN: not judged
+# before the run's --time-budget was spent (not counted in the score; the run exits 1).
+KILLED_BY_SANITIZER, BUILT, NOT_RUN = "KILLED_BY_SANITIZER", "BUILT", "NOT_RUN"
+GPU_OUTCOMES = (KILLED, KILLED_BY_SANITIZER, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM, BUILT, NOT_RUN)
 
 _REQUIRED = ("name", "op", "file", "bug", "origin", "find", "replace")
 _OPTIONAL = ("equivalent",)

@@ -55,6 +55,7 @@ from kdtr.mutate.catalogue import (
     IDENTICAL,
     KILLED,
     KILLED_BY_SANITIZER,
+    NOT_RUN,
     OPS,
     STILLBORN,
     SURVIVED,
@@ -492,23 +493,49 @@ def build_cost(m: Mutant, ws: Workspace) -> float:
 
 
 def run(mutants: list[Mutant], ws: Workspace, plan: CudaPlan, jobs: int,
-        on_done: Callable[[MutantResult], None] | None = None, build_only: bool = False) -> list[MutantResult]:
+        on_done: Callable[[MutantResult], None] | None = None, build_only: bool = False,
+        deadline: float | None = None) -> list[MutantResult]:
     """Run (or with ``build_only`` only build) every mutant on ``jobs`` threads, the
     costliest builds first (:func:`build_cost`); results in mutant order. Mutant ``i`` runs
     its cases on ``plan.devices[k % len(devices)]``, ``k`` its place in the start order.
+
+    ``deadline`` (a :func:`time.monotonic` time): then every build and binary still running
+    is killed and each mutant not judged by then is NOT_RUN (so a run bounded by the
+    device's time limit still writes its report).
 
     Raises:
         runner.UsageError: the unmutated build failed a case or a sanitizer check.
     """
     order = sorted(range(len(mutants)), key=lambda i: (-build_cost(mutants[i], ws), i))
+    expired = threading.Event()
+    budget = "the time budget (--time-budget) ran out before it was judged"
 
     def one(k: int, m: Mutant) -> MutantResult:
-        r = run_mutant(m, ws, plan, plan.devices[k % len(plan.devices)], build_only)
+        if expired.is_set():
+            r = MutantResult(m, NOT_RUN, detail=budget)
+        else:
+            try:
+                r = run_mutant(m, ws, plan, plan.devices[k % len(plan.devices)], build_only)
+            except (runner.Terminated, runner.UsageError, OSError):
+                if not expired.is_set():
+                    raise
+                r = MutantResult(m, NOT_RUN, detail=budget)
+            if expired.is_set():  # its builds or binaries may have been killed: no verdict
+                r = MutantResult(m, NOT_RUN, detail=budget, seconds=r.seconds)
         if on_done:
             on_done(r)
         return r
 
+    def expire() -> None:
+        expired.set()  # before any process dies: a result it spoils is seen as NOT_RUN
+        children.stop_all()
+
     children.reset()
+    timer = None
+    if deadline is not None:
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+        timer.daemon = True
+        timer.start()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {i: pool.submit(one, k, mutants[i]) for k, i in enumerate(order)}
@@ -519,7 +546,12 @@ def run(mutants: list[Mutant], ws: Workspace, plan: CudaPlan, jobs: int,
         if isinstance(exc, runner.UsageError):
             children.reset()  # not an interruption: the caller may start processes again
         raise
+    finally:
+        if timer is not None:
+            timer.cancel()
     pool.shutdown(wait=True)
+    if expired.is_set():
+        children.reset()  # the budget's stop is over: the caller may start processes again
     return [ran[i] for i in range(len(mutants))]
 
 

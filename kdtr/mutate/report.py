@@ -17,6 +17,7 @@ from kdtr.mutate.catalogue import (
     IDENTICAL,
     KILLED,
     KILLED_BY_SANITIZER,
+    NOT_RUN,
     OPS,
     OUTCOMES,
     STILLBORN,
@@ -70,13 +71,15 @@ def kernel_score(results: list[MutantResult]) -> dict[str, dict[str, Any]]:
 def failing(results: list[MutantResult], triage: dict[tuple[str, str, str], Triage]) -> list[MutantResult]:
     """The results that make ``kdtr mutate`` exit 1: a catalogue mutant that survived, did
     not compile or was wrongly declared equivalent; a GPU mutant that is IDENTICAL without
-    being declared equivalent; a generic survivor not triaged "equivalent"."""
+    being declared equivalent or was NOT_RUN; a generic survivor not triaged "equivalent"."""
     bad = []
     for r in results:
         if r.mutant.kind == "catalogue" and r.outcome in (SURVIVED, STILLBORN, BAD_CLAIM):
             bad.append(r)
         elif r.mutant.backend == "cuda" and r.outcome == IDENTICAL and not r.mutant.equivalent:
             bad.append(r)  # a GPU catalogue entry that changes no binary: fix it or declare why
+        elif r.outcome == NOT_RUN:
+            bad.append(r)  # the run ended (--time-budget) before judging it: incomplete
         elif r.mutant.kind == "generic" and r.outcome == SURVIVED:
             t = triage.get((r.mutant.file, r.mutant.find.strip(), r.mutant.replace.strip()))
             if t is None or t.verdict != "equivalent":
@@ -129,12 +132,14 @@ def markdown(results: list[MutantResult], triage: dict[tuple[str, str, str], Tri
 
 _GPU_COLUMNS = ((KILLED, "killed by goldens"), (KILLED_BY_SANITIZER, "killed by sanitizer"), (SURVIVED, "survived"),
                 (EQUIVALENT, "equivalent"), (IDENTICAL, "identical"), (STILLBORN, "stillborn"),
-                (BAD_CLAIM, "bad claim"), (BUILT, "built"))
+                (BAD_CLAIM, "bad claim"), (BUILT, "built"), (NOT_RUN, "not run"))
 
 
 def _gpu_table(first: str, scores: dict[str, dict[str, Any]]) -> list[str]:
-    # BUILT only where --build-only made it (nothing ran: no score)
-    cols = [(o, name) for o, name in _GPU_COLUMNS if o != BUILT or any(s[BUILT] for s in scores.values())]
+    # BUILT only where --build-only made it (nothing ran: no score), NOT_RUN only when the
+    # time budget ran out
+    cols = [(o, name) for o, name in _GPU_COLUMNS
+            if o not in (BUILT, NOT_RUN) or any(s[o] for s in scores.values())]
     lines = [f"| {first} | mutants | " + " | ".join(name for _, name in cols) + " | score |",
              "|---" * (len(cols) + 3) + "|"]
     for key, s in scores.items():

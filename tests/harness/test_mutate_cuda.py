@@ -18,6 +18,7 @@ mutants on a scratch checkout whose builds and binaries are fakes (no GPU, no nv
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -156,6 +157,7 @@ FAKE_BIN = r'''#!/bin/sh
 MODE='@MODE@'; OUTS='@OUTS@'
 LOG=${FAKE_LOG:-}
 [ -n "$LOG" ] && echo "$MODE $*" >> "$LOG"
+if [ "$MODE" = hang ]; then echo $$ >> "$FAKE_PIDS"; exec sleep 600; fi
 batch=0; kernel=''; prev=''
 for a in "$@"; do
   [ "$a" = --batch ] && batch=1
@@ -467,6 +469,28 @@ def test_build_only_reports_built_identical_stillborn_and_runs_nothing(checkout,
                                                                          "comment_only": mut.IDENTICAL}
 
 
+def test_a_spent_time_budget_kills_what_runs_and_reports_the_rest_as_not_run(checkout, tmp_path):
+    """A mutant whose binary hangs is still running when --time-budget is spent: it is
+    NOT_RUN, the binary is killed, the report is written and the run exits 1."""
+    (checkout / "mutants/gpu/simt.toml").write_text(_entry("hangs", "simt", "MODE=pass", "MODE=hang")
+                                                    + _entry("wrong", "simt", "MODE=pass", "MODE=wrong"))
+    for f in ("launch", "mma"):
+        (checkout / f"mutants/gpu/{f}.toml").unlink()
+    pids = tmp_path / "pids"
+    res = CliRunner().invoke(main, ["mutate", "--backend", "cuda", "--report-dir", str(checkout / "reports"), "-j", "2",
+                                    "--time-budget", "8"], env={"FAKE_PIDS": str(pids)}, catch_exceptions=False)
+    assert res.exit_code == 1, res.output
+    got = {k: v["outcome"] for k, v in _by_name(checkout).items()}
+    assert got["hangs"] == mut.NOT_RUN and got["wrong"] in (mut.KILLED, mut.NOT_RUN)
+    assert _by_name(checkout)["hangs"]["detail"] == "the time budget (--time-budget) ran out before it was judged"
+    assert "NOT_RUN: " in res.output and "time budget: 8 s: ran out" in (checkout / "reports/mutation.md").read_text()
+    started = [int(x) for x in pids.read_text().split()]
+    assert started  # the hanging binary ran (then the budget ran out), and is gone
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_a_mutant_rebuilds_only_the_binaries_built_from_its_file(checkout, tmp_path):
     ws = mut.CudaWorkspace(checkout, tmp_path / "scratch")
     build = workspace.CudaWorkspace.build
@@ -494,6 +518,7 @@ def test_no_nvcc_or_no_gpu_is_a_usage_error_in_one_line(checkout, monkeypatch):
     (("--backend", "cuda", "--sanitizer-tools", "memcheck,helgrind"), "unknown tool 'helgrind'"),
     (("--build-only",), "--build-only is an option of --backend cuda"),
     (("--sanitizer-tools", "memcheck"), "--sanitizer-tools is an option of --backend cuda"),
+    (("--time-budget", "60"), "--time-budget is an option of --backend cuda"),
 ])
 def test_options_that_do_not_fit_the_backend_are_usage_errors(checkout, args, message):
     res = CliRunner().invoke(main, ["mutate", "--report-dir", str(checkout / "reports"), *args],
