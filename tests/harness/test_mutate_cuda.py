@@ -157,7 +157,7 @@ FAKE_BIN = r'''#!/bin/sh
 MODE='@MODE@'; OUTS='@OUTS@'
 LOG=${FAKE_LOG:-}
 [ -n "$LOG" ] && echo "$MODE $*" >> "$LOG"
-if [ "$MODE" = hang ]; then echo $$ >> "$FAKE_PIDS"; exec sleep 600; fi
+if [ "$MODE" = hang ]; then echo $$ >> "$FAKE_PIDS"; : < "$FAKE_FIFO"; fi  # blocks until killed
 batch=0; kernel=''; prev=''
 for a in "$@"; do
   [ "$a" = --batch ] && batch=1
@@ -459,6 +459,12 @@ def test_build_only_reports_built_identical_stillborn_and_runs_nothing(checkout,
     assert {k: v["outcome"] for k, v in got.items()} == want
     assert got["no_compile"]["detail"] == "cuda_tests/kernels/verify_attn.cu(1): error: boom"
     assert not (tmp_path / "bin.log").exists()  # no binary ran
+    # an IDENTICAL one not declared equivalent is a catalogue entry to fix: exit 1
+    (checkout / "mutants/gpu/simt.toml").write_text(
+        _entry("survives", "simt", "MODE=pass", "MODE=pass\nx = 1") + _entry("comment_only", "simt", "// a comment",
+                                                                           "// another"))
+    res = _invoke(checkout, "--build-only", "--only", "gpu/simt/*")
+    assert res.exit_code == 1 and "IDENTICAL gpu/simt/comment_only" in res.output, res.output
     # only BUILT ones, and an IDENTICAL one declared equivalent: exit 0
     (checkout / "mutants/gpu/simt.toml").write_text(
         _entry("survives", "simt", "MODE=pass", "MODE=pass\nx = 1")
@@ -469,25 +475,40 @@ def test_build_only_reports_built_identical_stillborn_and_runs_nothing(checkout,
                                                                          "comment_only": mut.IDENTICAL}
 
 
-def test_a_spent_time_budget_kills_what_runs_and_reports_the_rest_as_not_run(checkout, tmp_path):
-    """A mutant whose binary hangs is still running when --time-budget is spent: it is
-    NOT_RUN, the binary is killed, the report is written and the run exits 1."""
+@pytest.mark.slow  # waits out its --time-budget (SHORT_TIMEOUT)
+def test_a_spent_time_budget_kills_what_runs_and_reports_the_rest_as_not_run(checkout, tmp_path, monkeypatch):
+    """A mutant whose binary blocks forever is still running when --time-budget is spent:
+    the binary is killed, the mutant is NOT_RUN, the report is written and the run exits 1
+    (its time limits are far beyond the guard: only the budget can end it)."""
+    import threading
+
+    from timing import HANG_GUARD, SHORT_TIMEOUT, never_fifo, release_fifo
+
+    monkeypatch.setattr(cuda, "MIN_TIMEOUT", 100 * HANG_GUARD)
     (checkout / "mutants/gpu/simt.toml").write_text(_entry("hangs", "simt", "MODE=pass", "MODE=hang")
                                                     + _entry("wrong", "simt", "MODE=pass", "MODE=wrong"))
     for f in ("launch", "mma"):
         (checkout / f"mutants/gpu/{f}.toml").unlink()
-    pids = tmp_path / "pids"
-    res = CliRunner().invoke(main, ["mutate", "--backend", "cuda", "--report-dir", str(checkout / "reports"), "-j", "2",
-                                    "--time-budget", "8"], env={"FAKE_PIDS": str(pids)}, catch_exceptions=False)
+    pids, fifo = tmp_path / "pids", never_fifo(tmp_path)
+    box: dict = {}
+    args = ["mutate", "--backend", "cuda", "--report-dir", str(checkout / "reports"), "-j", "2",
+            "--time-budget", f"{SHORT_TIMEOUT:g}"]
+    t = threading.Thread(target=lambda: box.setdefault("res", CliRunner().invoke(
+        main, args, env={"FAKE_PIDS": str(pids), "FAKE_FIFO": str(fifo)}, catch_exceptions=False)), daemon=True)
+    t.start()
+    t.join(HANG_GUARD + SHORT_TIMEOUT)
+    if t.is_alive():
+        release_fifo(fifo)
+        pytest.fail("kdtr mutate did not stop when its --time-budget was spent")
+    res = box["res"]
     assert res.exit_code == 1, res.output
     got = {k: v["outcome"] for k, v in _by_name(checkout).items()}
     assert got["hangs"] == mut.NOT_RUN and got["wrong"] in (mut.KILLED, mut.NOT_RUN)
     assert _by_name(checkout)["hangs"]["detail"] == "the time budget (--time-budget) ran out before it was judged"
-    assert "NOT_RUN: " in res.output and "time budget: 8 s: ran out" in (checkout / "reports/mutation.md").read_text()
-    started = [int(x) for x in pids.read_text().split()]
-    assert started  # the hanging binary ran (then the budget ran out), and is gone
-    for pid in started:
-        with pytest.raises(ProcessLookupError):
+    assert "NOT_RUN: " in res.output
+    assert f"time budget: {SHORT_TIMEOUT:g} s: ran out" in (checkout / "reports/mutation.md").read_text()
+    for pid in [int(x) for x in pids.read_text().split()] if pids.exists() else []:
+        with pytest.raises(ProcessLookupError):  # the blocked binary was killed (and reaped)
             os.kill(pid, 0)
 
 
