@@ -279,8 +279,11 @@ def calibrate(plan: CudaPlan, ws: Workspace, groups: list[Group] | None = None) 
         runner.UsageError: a case neither (it fails, or the two runs differ in status or
             output bytes: the unmutated kernel is nondeterministic), naming the case.
     """
+    wanted = groups if groups is not None else list(plan.cases)
+    if all(g in plan.kept for g in wanted):
+        return  # done (by this thread or another): no wait for a calibration that runs now
     with plan._lock:
-        todo = [g for g in (groups if groups is not None else list(plan.cases)) if g not in plan.kept]
+        todo = [g for g in wanted if g not in plan.kept]
         cases = [c for g in todo for c in plan.cases.get(g, [])]
         if not cases:
             for g in todo:
@@ -322,6 +325,8 @@ def ensure_clean(plan: CudaPlan, ws: Workspace, cases: list[runner.Case], tool: 
         runner.UsageError: a case that is not (naming the tool, the case and the report):
             no mutant can be judged by that tool on it.
     """
+    if all((c, tool) in plan.clean for c in cases):
+        return
     with plan._clean_lock:
         todo = [c for c in cases if (c, tool) not in plan.clean]
         if not todo:
@@ -492,6 +497,14 @@ def build_cost(m: Mutant, ws: Workspace) -> float:
     return cost
 
 
+def _calibrate_unless_expired(plan: CudaPlan, ws: Workspace, groups: list[Group], expired: threading.Event) -> None:
+    try:
+        calibrate(plan, ws, groups)
+    except (runner.Terminated, runner.UsageError, OSError):
+        if not expired.is_set():
+            raise  # after the budget's stop its failures are the stop's: the mutants say NOT_RUN
+
+
 def run(mutants: list[Mutant], ws: Workspace, plan: CudaPlan, jobs: int,
         on_done: Callable[[MutantResult], None] | None = None, build_only: bool = False,
         deadline: float | None = None) -> list[MutantResult]:
@@ -536,9 +549,17 @@ def run(mutants: list[Mutant], ws: Workspace, plan: CudaPlan, jobs: int,
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         timer.daemon = True
         timer.start()
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs) + (0 if build_only else 1))
     try:
+        # The calibration of every case a mutant may need (the ops built from its file) starts
+        # at once, beside the first builds: the first mutant built finds it done or running.
+        prefetch = None
+        if not build_only and mutants:
+            groups = list(dict.fromkeys(g for m in mutants for g in plan.groups_of(m, ws.ops_of(m.file))))
+            prefetch = pool.submit(_calibrate_unless_expired, plan, ws, groups, expired)
         futures = {i: pool.submit(one, k, mutants[i]) for k, i in enumerate(order)}
+        if prefetch is not None:
+            prefetch.result()  # an unmutated case failing stops the run now, not after the builds
         ran = {i: futures[i].result() for i in order}
     except BaseException as exc:  # Ctrl-C, SIGTERM, SIGHUP, a failing unmutated build: stop everything
         children.stop_all()
