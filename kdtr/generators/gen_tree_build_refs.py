@@ -96,6 +96,25 @@ CONFIGS: dict[str, Config] = {
                                  "deeper rows (children that outscore their parents: clamped, the select build "
                                  "hands the request to the heap build), whole rows positive, large (+20) and tiny "
                                  "(+1e-30) values", 2019, 6, 5, 4, 24, kind="positive"),
+    # The CUDA kernels' paths that the shapes above miss (docs/ops/tree_build.md, "Goldens aimed
+    # at the CUDA kernels' stripes and row chunks").
+    "vis_unaligned_rows": Config("tree_build_visibility_kernel (T = 142 > 128, T % 16 = 14), heap and select "
+                                 "(256-thread instance) builds, full trees (node_count = N = 141): rows of 142 bytes "
+                                 "start at offsets 14 i + 4 b mod 16, so a row whose first chunk holds head >= 3 "
+                                 "bytes of the previous row spans one 16-byte chunk more than (T + 15) / 16; the "
+                                 "last row's last byte is its own diagonal (1)", 2020, 2, 4, 8, 141),
+    "stripe_defects": Config("tree_build_kernel's validation (statuses 3-6 striped over 256 threads, heap and select "
+                             "builds, N=16, D=K=24: 576 elements, two or three per thread): two or three defects on "
+                             "one thread's stripe (elements e, e + 256, e + 512) with the first status of the "
+                             "contract's order at the earliest (a thread must keep its lowest status, not its last), "
+                             "the reverse order as a control, range failures (budget N + 1; depth_limit D + 1 in the "
+                             "last request, whose rows d >= D lie past the inputs) holding element defects",
+                             2021, 6, 24, 24, 16, kind="stripes"),
+    "stripe_defects_n1024": Config("stripe_defects for the select kernel's 1024-thread instance (N=257 > 256; T = 258: "
+                                   "the visibility kernel) and the heap kernel's 256 threads: D=40, K=32 (1280 "
+                                   "elements), a NaN at element 100 and a negative id at 1124 = 100 + 1024 = 100 + "
+                                   "4 * 256 (one thread's stripe in both instances); the last request has "
+                                   "depth_limit D + 1 and element defects", 2022, 2, 40, 32, 257, kind="stripes"),
 }
 
 
@@ -401,6 +420,65 @@ def _synth_positive(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np
     return x
 
 
+# stripes: per configuration and request, the defects (flat element e = d * K + r of the [D, K]
+# rows, kind) and the range overrides (budget, depth_limit; None: N, D). Kinds: "nan" (lp NaN at
+# e: NON_FINITE), "unsorted" (lp[d][r + 1] raised above lp[d][r]: UNSORTED at e), "duplicate"
+# (ids[d][K - 1] = ids[d][r]: DUPLICATE_ID at e), "negative" (id -2 at e: NEGATIVE_ID).
+# A stripe of W threads holds elements e, e + W, e + 2 W, ... (W = 256, or 1024 for the select
+# kernel's N > 256 instance).
+STRIPE_REQUESTS: dict[str, tuple[tuple[tuple[tuple[int, str], ...], int | None, int | None], ...]] = {
+    "stripe_defects": (
+        (((5, "nan"), (261, "negative")), None, None),  # 3, not the stripe's last (6)
+        (((40, "unsorted"), (296, "duplicate")), None, None),  # 4, not 5
+        (((50, "nan"), (306, "duplicate"), (562, "negative")), None, None),  # 3, not 6
+        (((7, "negative"), (263, "nan")), None, None),  # 3 either way (the control)
+        (((9, "nan"), (265, "negative")), 17, None),  # BAD_BUDGET (N + 1) with element defects: 1
+        (((3, "nan"), (259, "negative")), None, 25),  # BAD_DEPTH_LIMIT (D + 1), last request: 2
+    ),
+    "stripe_defects_n1024": (
+        (((100, "nan"), (1124, "negative")), None, None),  # 3, not 6 (1024 and 4 x 256 apart)
+        (((100, "nan"), (1124, "negative")), None, 41),  # BAD_DEPTH_LIMIT (D + 1), last request: 2
+    ),
+}
+
+
+def _synth_stripes(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
+    """Drafter rows with STRIPE_REQUESTS[name]'s defects and range overrides, request by
+    request (the configuration is found by its seed).
+
+    Raises:
+        ValueError: the batch is not the table's length, an element is outside [0, D K), an
+            unsorted or duplicate defect at rank K - 1, or an unknown kind."""
+    name = next(n for n, c in CONFIGS.items() if c.seed == cfg.seed)
+    table = STRIPE_REQUESTS[name]
+    if len(table) != cfg.batch:
+        raise ValueError(f"{name}: batch {cfg.batch} != {len(table)} requests in STRIPE_REQUESTS")
+    x = _base(cfg, rng)
+    lp, ids, k = x["top_log_probs"], x["top_token_ids"], cfg.topk
+    for b, (defects, budget, limit) in enumerate(table):
+        for e, kind in defects:
+            if not 0 <= e < cfg.depth * k:
+                raise ValueError(f"{name}, request {b}: element {e} outside [0, {cfg.depth * k})")
+            d, r = divmod(e, k)
+            if kind in ("unsorted", "duplicate") and r + 1 >= k:
+                raise ValueError(f"{name}, request {b}: {kind} at rank {r} = K - 1")
+            if kind == "nan":
+                lp[b, d, r] = np.nan
+            elif kind == "unsorted":
+                lp[b, d, r + 1] = lp[b, d, r] + np.float32(1.0)
+            elif kind == "duplicate":
+                ids[b, d, k - 1] = ids[b, d, r]
+            elif kind == "negative":
+                ids[b, d, r] = -2
+            else:
+                raise ValueError(f"{name}, request {b}: unknown defect kind {kind!r}")
+        if budget is not None:
+            x["budget"][b] = budget
+        if limit is not None:
+            x["depth_limit"][b] = limit
+    return x
+
+
 _SYNTH: dict[str, Callable[[Config, Rng], dict[str, np.ndarray]]] = {
     "random": _synth_random,
     "ties": _synth_ties,
@@ -413,6 +491,7 @@ _SYNTH: dict[str, Callable[[Config, Rng], dict[str, np.ndarray]]] = {
     "select_ties": _synth_select_ties,
     "signed_zero": _synth_signed_zero,
     "positive": _synth_positive,
+    "stripes": _synth_stripes,
 }
 
 

@@ -174,6 +174,39 @@ CONFIGS: dict[str, Config] = {
     "odd_dqk_bf16": Config("Dqk = 66 (not a multiple of 8: only the simt kernel takes it, simt_bf16_dvt64 by auto; "
                            "mma and wgmma are NOT_SUPPORTED), bf16, d_v = 33, H=2; L = 9, 79, last request L == S",
                            3033, 2, 9, 2, 66, 33, (0, 70), dtype="bf16"),
+    # Infinite raw scores with no NaN anywhere in a 64-row block (docs/ops/verify_attn.md,
+    # "NaN and infinities"): T * H = 64 and full trees, so every block is all valid rows (no
+    # zero-filled padding row, whose 0 * inf = NaN raw score would trigger the kernels'
+    # cleaning pass by itself, as in nan_scores).
+    "inf_scores": Config("simt kernel (simt_f32_dvt64), f32, T=8, H=8 (T * H = 64: one block of valid rows, no "
+                         "padding row), Dqk=16, d_v=8: -inf in value dim 3 of prefix key 0 with q dim 3 > 0 on every "
+                         "row (every raw score of that key -inf, weight 0, rows finite), +inf in value dim 2 of the "
+                         "last tree slot's key with q dim 2 > 0 (+inf raw scores: the slot's own rows NaN, the rows "
+                         "that do not see it finite), both in one request; no NaN raw score anywhere, so only a "
+                         "cleaning pass triggered by infinities (not NaN alone) keeps 0 * inf out of P V; prefix 61 "
+                         "and 70 put the +inf key in tile 1; last request L == S", 3034, 3, 8, 8, 16, 8,
+                         (5, 61, 70), nonfinite=("neg_inf_value_all", "inf_masked_value",
+                                                  "neg_inf_value_all+inf_masked_value")),
+    "inf_scores_bf16": Config("inf_scores with bf16 inputs (mma_bf16_dqk128_dv128 by auto; wgmma and simt forced): "
+                              "T * H = 64, no padding row, infinite raw scores and no NaN in the block", 3035, 3, 8, 8,
+                              16, 8, (5, 61, 70), dtype="bf16",
+                              nonfinite=("neg_inf_value_all", "inf_masked_value",
+                                         "neg_inf_value_all+inf_masked_value")),
+    "inf_scores_k2_bf16": Config("inf_scores at the K2 dims (wgmma_bf16_dqk576_dv512 by auto on sm_90; "
+                                 "mma_bf16_dqk576_dv512 and simt forced), bf16, T=4, H=16 (one block of 64 valid "
+                                 "rows), Dqk=576, d_v=512, prefix 61: -inf in value dim 3 of prefix key 0 (a TMA "
+                                 "tile) and +inf in value dim 2 of the last slot's key 64 (the cp.async tail tile), "
+                                 "q dims 2 and 3 > 0: infinite raw scores, no NaN; L == S", 3036, 1, 4, 16, 576,
+                                 512, (61,), dtype="bf16", sm_scale=K2_SCALE,
+                                 nonfinite=("neg_inf_value_all+inf_masked_value",)),
+    # simt splits d_v > 512 over gridDim.y (blocks of 512 value columns, vbase = 512 y).
+    "dv_split": Config("simt kernel (simt_f32_dvt512, the only kernel past d_v 512), f32, d_v = 520 > 512: two "
+                       "blocks per row tile along gridDim.y, the second (vbase 512) loading and storing value "
+                       "columns 512..519; Dqk=528, H=1, T=3; L = 5, 7, last request L == S", 3037, 2, 3, 1, 528,
+                       520, (2, 4)),
+    "dv_split_bf16": Config("dv_split with bf16 inputs (simt_bf16_dvt512 by auto: mma and wgmma take d_v <= 512 "
+                            "only, NOT_SUPPORTED), d_v = 520, Dqk=528: the gridDim.y split of the value columns",
+                            3038, 2, 3, 1, 528, 520, (2, 4), dtype="bf16"),
 }
 
 
@@ -219,7 +252,8 @@ def poison(q: np.ndarray | None, kv: np.ndarray, vis: np.ndarray | None, prefix:
             vis[r, :, tl:] = 1
 
 
-NONFINITE_KINDS = ("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key", "only_neg_inf", "no_key")
+NONFINITE_KINDS = ("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key", "only_neg_inf", "no_key",
+                   "neg_inf_value_all", "inf_masked_value")
 
 
 def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
@@ -241,56 +275,77 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
       dim 3 positive everywhere, and row 1 sees only slot 0 [rows 0 and 1 see only -inf
       scores: NaN; the others finite].
     - ``no_key`` (prefix_len 0): row 1 sees no key [out 0, lse -inf; the others finite].
+    - ``neg_inf_value_all`` (prefix_len > 0): -inf in value dim 3 of prefix key 0 and q
+      dim 3 positive on every row and head [every raw score of that key is -inf, none NaN:
+      weight 0, every row finite, value dim 3 included].
+    - ``inf_masked_value``: +inf in value dim 2 of the last tree slot's key (a leaf: only
+      its own row sees it) and q dim 2 positive on every row and head [+inf raw scores, none
+      NaN: that slot's rows NaN, every other row finite, value dim 2 included].
+
+    Kinds joined by "+" are applied in turn to the same request (e.g.
+    ``neg_inf_value_all+inf_masked_value``).
 
     Args:
         x: the inputs of :func:`synth` (q [B,T,H,Dqk], kv_cache [B,S,Dqk], prefix_len,
             tree_len, visibility [B,T,T] u8, d_v); modified in place.
-        kinds: entries of NONFINITE_KINDS or "".
+        kinds: entries of NONFINITE_KINDS, "+"-joined entries, or "".
 
     Raises:
         ValueError: an unknown kind, or a request that the kind does not fit (naming the
             request, the kind and the field): tree_len < 3 (< 2 for nan_q, inf_q,
-            neg_inf_key), prefix_len 0 for nan_prefix_key / neg_inf_key, prefix_len > 0 for
+            neg_inf_key, neg_inf_value_all, inf_masked_value), prefix_len 0 for
+            nan_prefix_key / neg_inf_key / neg_inf_value_all, prefix_len > 0 for
             only_neg_inf / no_key, Dqk < 4 or d_v < 4.
     """
     q, kv, vis = x["q"], x["kv_cache"], x["visibility"]
     _, _, h, dqk = q.shape
     d_v = int(x["d_v"])
     for r in range(q.shape[0]):
-        kind = kinds[r % len(kinds)]
-        if not kind:
-            continue
-        if kind not in NONFINITE_KINDS:
-            raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS}")
-        pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
-        need_tl = 2 if kind in ("nan_q", "inf_q", "neg_inf_key") else 3
-        if tl < need_tl:
-            raise ValueError(f"request {r}, nonfinite {kind}: tree_len {tl} < {need_tl}")
-        if kind in ("nan_prefix_key", "neg_inf_key") and pl == 0:
-            raise ValueError(f"request {r}, nonfinite {kind}: prefix_len must be > 0")
-        if kind in ("only_neg_inf", "no_key") and pl != 0:
-            raise ValueError(f"request {r}, nonfinite {kind}: prefix_len must be 0, got {pl}")
-        if dqk < 4 or d_v < 4:
-            raise ValueError(f"request {r}, nonfinite {kind}: Dqk {dqk} and d_v {d_v} must be >= 4")
-        if kind == "nan_q":
-            put(q, (r, 1, 0, dqk // 2), np.nan)
-        elif kind == "nan_prefix_key":
-            put(kv, (r, 0, 0), np.nan)
-        elif kind == "nan_tree_key":
-            put(kv, (r, pl + tl - 2, 0), np.nan)
-        elif kind == "inf_q":
-            put(kv, (r, slice(0, pl + tl), 2), np.abs(widen(kv[r, : pl + tl, 2])) + 0.25)
-            put(q, (r, 1, 0, 2), np.inf)
-        elif kind in ("neg_inf_key", "only_neg_inf"):
-            put(q, (r, slice(0, tl), slice(None), 3), np.abs(widen(q[r, :tl, :, 3])) + 0.25)
-            put(kv, (r, 0, 3), -np.inf)  # prefix key 0, or tree slot 0 when prefix_len is 0
-            if kind == "neg_inf_key":
-                put(q, (r, tl - 1, h - 1, 3), -widen(q[r, tl - 1, h - 1, 3]))
-            else:
-                vis[r, 1, :tl] = 0
-                vis[r, 1, 0] = 1
-        else:  # no_key
+        for kind in kinds[r % len(kinds)].split("+"):
+            if kind:
+                _inject_one(x, q, kv, vis, r, kind, h, dqk, d_v)
+
+
+def _inject_one(x: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray, vis: np.ndarray, r: int, kind: str, h: int,
+                dqk: int, d_v: int) -> None:
+    """One case of :func:`inject_nonfinite` on request r (same arguments and errors)."""
+    if kind not in NONFINITE_KINDS:
+        raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS}")
+    pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
+    need_tl = 2 if kind in ("nan_q", "inf_q", "neg_inf_key", "neg_inf_value_all", "inf_masked_value") else 3
+    if tl < need_tl:
+        raise ValueError(f"request {r}, nonfinite {kind}: tree_len {tl} < {need_tl}")
+    if kind in ("nan_prefix_key", "neg_inf_key", "neg_inf_value_all") and pl == 0:
+        raise ValueError(f"request {r}, nonfinite {kind}: prefix_len must be > 0")
+    if kind in ("only_neg_inf", "no_key") and pl != 0:
+        raise ValueError(f"request {r}, nonfinite {kind}: prefix_len must be 0, got {pl}")
+    if dqk < 4 or d_v < 4:
+        raise ValueError(f"request {r}, nonfinite {kind}: Dqk {dqk} and d_v {d_v} must be >= 4")
+    if kind == "nan_q":
+        put(q, (r, 1, 0, dqk // 2), np.nan)
+    elif kind == "nan_prefix_key":
+        put(kv, (r, 0, 0), np.nan)
+    elif kind == "nan_tree_key":
+        put(kv, (r, pl + tl - 2, 0), np.nan)
+    elif kind == "inf_q":
+        put(kv, (r, slice(0, pl + tl), 2), np.abs(widen(kv[r, : pl + tl, 2])) + 0.25)
+        put(q, (r, 1, 0, 2), np.inf)
+    elif kind in ("neg_inf_key", "only_neg_inf"):
+        put(q, (r, slice(0, tl), slice(None), 3), np.abs(widen(q[r, :tl, :, 3])) + 0.25)
+        put(kv, (r, 0, 3), -np.inf)  # prefix key 0, or tree slot 0 when prefix_len is 0
+        if kind == "neg_inf_key":
+            put(q, (r, tl - 1, h - 1, 3), -widen(q[r, tl - 1, h - 1, 3]))
+        else:
             vis[r, 1, :tl] = 0
+            vis[r, 1, 0] = 1
+    elif kind == "neg_inf_value_all":
+        put(q, (r, slice(0, tl), slice(None), 3), np.abs(widen(q[r, :tl, :, 3])) + 0.25)
+        put(kv, (r, 0, 3), -np.inf)
+    elif kind == "inf_masked_value":
+        put(q, (r, slice(0, tl), slice(None), 2), np.abs(widen(q[r, :tl, :, 2])) + 0.25)
+        put(kv, (r, pl + tl - 1, 2), np.inf)
+    else:  # no_key
+        vis[r, 1, :tl] = 0
 
 
 def _special_huge_scores(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
