@@ -103,6 +103,12 @@ CONFIGS: dict[str, Config] = {
                                  "start at offsets 14 i + 4 b mod 16, so a row whose first chunk holds head >= 3 "
                                  "bytes of the previous row spans one 16-byte chunk more than (T + 15) / 16; the "
                                  "last row's last byte is its own diagonal (1)", 2020, 2, 4, 8, 141),
+    "vis_fused_words": Config("the build block's fused visibility (T = 128 <= 128, the fuse boundary), heap and select "
+                              "(256-thread instance) builds, full trees (node_count = N = 127): T even, so T * T = "
+                              "16384 is a multiple of 4 and every request's [T,T] block starts 4-byte aligned: the "
+                              "block is copied out as 32-bit words (every other golden has T odd: the byte copy); "
+                              "the last request's block ends at the end of the visibility allocation", 2023, 2, 4, 8,
+                              127),
     "stripe_defects": Config("tree_build_kernel's validation (statuses 3-6 striped over 256 threads, heap and select "
                              "builds, N=16, D=K=24: 576 elements, two or three per thread): two or three defects on "
                              "one thread's stripe (elements e, e + 256, e + 512) with the first status of the "
