@@ -84,6 +84,22 @@ def _valid_nonfinite(t, test) -> bool:
     return False
 
 
+def _inf_block(t):
+    """A request whose 64-row blocks are all valid rows (tree_len * H a multiple of 64) with an
+    infinite raw score (q . key over all Dqk, IEEE) and no NaN one: only a cleaning pass that
+    tests for infinities keeps 0 * inf out of P V (zero-filled padding rows would give NaN)."""
+    q, kv = _i(t, "q").astype(np.float64), _i(t, "kv_cache").astype(np.float64)
+    h = q.shape[2]
+    for r, (pl, tl) in enumerate(zip(_i(t, "prefix_len"), _i(t, "tree_len"))):
+        if int(tl) == 0 or int(tl) * h % 64:
+            continue
+        with np.errstate(invalid="ignore"):
+            raw = (q[r, : int(tl)][:, :, None, :] * kv[r, None, None, : int(pl) + int(tl), :]).sum(-1)
+        if np.isinf(raw).any() and not np.isnan(raw).any():
+            return True
+    return False
+
+
 def _finite_padding_q(t):
     q = _i(t, "q").astype(np.float64)
     return any(int(tl) < q.shape[1] and np.isfinite(q[r, int(tl):]).all() for r, tl in enumerate(_i(t, "tree_len")))
@@ -120,6 +136,8 @@ VERIFY_ATTN: dict[str, Callable[[dict, dict], bool]] = {
     "+inf in the valid region": lambda t, m: _valid_nonfinite(t, np.isposinf),
     "-inf in the valid region": lambda t, m: _valid_nonfinite(t, np.isneginf),
     "finite q in padding rows": lambda t, m: _finite_padding_q(t),
+    "+-inf raw scores in a 64-row block of valid rows, no NaN raw score": lambda t, m: _inf_block(t),
+    "d_v > 512 (simt: value columns split over gridDim.y)": lambda t, m: _dims(t)[2] > 512,
     "|lse| beyond float64 exp's range (> 745)": lambda t, m: (np.abs(_e(t, "lse")[np.isfinite(_e(t, "lse"))]) > 745).any(),
 }
 
@@ -136,6 +154,37 @@ def _checked(t):
     return [lp[r, : max(0, min(int(d), lp.shape[1]))] for r, d in enumerate(lim)]
 
 
+def _item_status(lp, ids, d, r):
+    """tree_build_check_item (tree_build.cuh): the status element (d, r) witnesses, or 0."""
+    k = lp.shape[1]
+    if not np.isfinite(lp[d, r]):
+        return 3
+    if r + 1 < k and lp[d, r] < lp[d, r + 1]:
+        return 4
+    if (ids[d, r + 1:] == ids[d, r]).any():
+        return 5
+    return 6 if ids[d, r] < 0 else 0
+
+
+def _stripe_defects(t, m) -> bool:
+    """A valid-range request with more checked elements than a stripe of W threads (W = 256,
+    or 1024 for the select kernel's N > 256 instance) where one thread's stripe holds two
+    defects, a later one of a larger status than its smallest."""
+    lp, ids = _lp(t), _i(t, "top_token_ids")
+    n, d_rows, k = m["max_budget"], lp.shape[1], lp.shape[2]
+    for r, (budget, limit) in enumerate(zip(_i(t, "budget").tolist(), _i(t, "depth_limit").tolist())):
+        if not (0 <= budget <= n and 0 <= limit <= d_rows):
+            continue
+        for w in {256, 256 if n <= 256 else 1024}:
+            if limit * k <= w:
+                continue
+            for tid in range(w):
+                st = [s for e in range(tid, limit * k, w) if (s := _item_status(lp[r], ids[r], e // k, e % k))]
+                if len(st) >= 2 and st[-1] > min(st):
+                    return True
+    return False
+
+
 TREE_BUILD: dict[str, Callable[[dict, dict], bool]] = {
     **{f"status {s}": (lambda s: lambda t, m: (_e(t, "status") == s).any())(s) for s in range(7)},
     "budget 0": lambda t, m: (_i(t, "budget") == 0).any(),
@@ -150,6 +199,16 @@ TREE_BUILD: dict[str, Callable[[dict, dict], bool]] = {
     "N >= 1024, budget >= 1024 (a select set past 1024 entries)": lambda t, m: (_i(t, "budget") >= 1024).any(),
     "T > 128 (the visibility kernel)": lambda t, m: m["max_budget"] + 1 > 128,
     "T <= 128 (visibility in the build block)": lambda t, m: m["max_budget"] + 1 <= 128,
+    "T > 128, T % 16 in 2..15 (a row's unaligned head adds a 16-byte chunk)": lambda t, m: (
+        m["max_budget"] + 1 > 128 and (m["max_budget"] + 1) % 16 >= 2),
+    "T <= 128 even (the fused block's 32-bit copy)": lambda t, m: (
+        m["max_budget"] + 1 <= 128 and (m["max_budget"] + 1) % 2 == 0),
+    "depth_limit * K > 256 with two defects in one thread's stripe, the lower status first": lambda t, m: (
+        _stripe_defects(t, m)),
+    "range failure holding element defects": lambda t, m: any(
+        s in (1, 2) and (not np.isfinite(_lp(t)[r]).all() or (_i(t, "top_token_ids")[r] < 0).any())
+        for r, s in enumerate(_e(t, "status").tolist())),
+    "last request depth_limit > D (rows past the inputs)": lambda t, m: int(_i(t, "depth_limit")[-1]) > _lp(t).shape[1],
     "log-prob +0.0": lambda t, m: any(((c == 0) & ~np.signbit(c)).any() for c in _checked(t)),
     "log-prob -0.0": lambda t, m: any(((c == 0) & np.signbit(c)).any() for c in _checked(t)),
     "-0.0 and +0.0 in one request": lambda t, m: any(((c == 0) & np.signbit(c)).any() and ((c == 0) & ~np.signbit(c)).any()
@@ -273,7 +332,9 @@ def test_a_class_that_loses_its_last_golden_fails(reached):
     files = committed(gdir)
     for op, cls in (("verify_attn", "visibility bytes other than 0 and 1"), ("tree_build", "log-prob -0.0"),
                     ("tree_accept", "two children of the current slot carry the prediction"),
-                    ("greedy_step", "bf16, L > 128 (3+ key tiles)")):
+                    ("greedy_step", "bf16, L > 128 (3+ key tiles)"),
+                    ("verify_attn", "+-inf raw scores in a 64-row block of valid rows, no NaN raw score"),
+                    ("tree_build", "depth_limit * K > 256 with two defects in one thread's stripe, the lower status first")):
         holding = set(reached[op][cls])
         assert holding
         left = holders(gdir, op, [f for f in files[op] if f not in holding])
