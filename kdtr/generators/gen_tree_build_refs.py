@@ -8,7 +8,10 @@ depth_limit (rows past the depth limit poisoned with NaN and duplicate ids: a bu
 that reads or validates them fails), token id 0, and invalid inputs with their statuses;
 the select build's two GPU instances on exact ties (``select_ties``, ``select_ties_n1024``)
 and the score classes -0.0 beside +0.0 (``signed_zero``) and positive log-probs
-(``positive_log_probs``).
+(``positive_log_probs``); the CUDA kernels' row chunks and stripes (``vis_unaligned_rows``: T =
+142, rows whose unaligned head adds a 16-byte chunk; ``vis_fused_words``: T = 128, the fused
+block's 32-bit copy; ``stripe_defects``, ``stripe_defects_n1024``: defects on one validation
+thread's stripe, range failures holding element defects, STRIPE_REQUESTS).
 """
 
 from __future__ import annotations

@@ -17,10 +17,13 @@ kind whose lengths and dims reach their tile paths (``tail_tile_*``, ``multi_til
 ``odd_dv_bf16``, ``dv66``, ``dv_full``, ``dv1_bf16``, ``odd_dqk*``; docs/ops/verify_attn.md,
 "Goldens aimed at the kernels' tile paths").
 
-Configurations with ``nonfinite`` kinds (``nan_scores``, ``nan_scores_bf16``) put NaN and
-infinities inside the valid region on purpose (``inject_nonfinite``): their expected
-outputs hold NaN (docs/ops/verify_attn.md, "NaN and infinities") and their contracts use
-the NaN policy ``equal``.
+Configurations with ``nonfinite`` kinds (``nan_scores``, ``nan_scores_bf16``; ``inf_scores``,
+``inf_scores_bf16``, ``inf_scores_k2_bf16``, whose 64-row blocks hold no padding row, so that
+their raw scores are infinite and never NaN) put NaN and infinities inside the valid region on
+purpose (``inject_nonfinite``): their expected outputs hold NaN (docs/ops/verify_attn.md, "NaN
+and infinities") and their contracts use the NaN policy ``equal``. ``dv_split`` and
+``dv_split_bf16`` have d_v > 512, which simt splits over gridDim.y (docs/ops/verify_attn.md,
+"Goldens aimed at the kernels' blocks").
 """
 
 from __future__ import annotations
