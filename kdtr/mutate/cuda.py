@@ -482,9 +482,16 @@ def run_mutant(m: Mutant, ws: Workspace, plan: CudaPlan, device: int = 0, build_
 # ---------------------------------------------------------------------------------------
 
 # Rough compile seconds of each object on one core (tree_build.cu ~20 s, verify_attn.cu ~23 s,
-# verify_attn_sm90.cu ~48 s): the mutants that rebuild the slowest objects start first, so the
-# run does not end waiting on one late Hopper-kernel compile.
+# verify_attn_sm90.cu ~48 s; a binary's main, test_<op>.o, ~20 s: an edit of kdtr_cuda.hpp
+# rebuilds all four mains in one make): the mutants that rebuild the slowest objects start
+# first, so the run does not end waiting on one late compile.
 _OBJECT_COST = {"kernel_verify_attn_sm90.o": 48.0, "kernel_verify_attn.o": 23.0, "kernel_tree_build.o": 20.0}
+
+
+def _object_cost(name: str) -> float:
+    if name in _OBJECT_COST:
+        return _OBJECT_COST[name]
+    return 20.0 if name.startswith("test_") else 8.0 if name.startswith("kernel_") else 3.0
 
 
 def build_cost(m: Mutant, ws: Workspace) -> float:
@@ -493,7 +500,7 @@ def build_cost(m: Mutant, ws: Workspace) -> float:
     for target, deps in ws.graph.items():
         if target.endswith(".o") and "/pic/" not in target and m.file in deps:
             name = target.rsplit("/", 1)[-1]
-            cost += _OBJECT_COST.get(name, 8.0 if name.startswith("kernel_") else 3.0)
+            cost += _object_cost(name)
     return cost
 
 
