@@ -162,9 +162,9 @@ def _gpu_markdown(rs: list[MutantResult]) -> list[str]:
     lines += ["", "### Every GPU mutant", "", "| mutant | op | bug | outcome | killed by / reason |",
               "|---|---|---|---|---|"]
     for r in rs:
-        why = ", ".join(r.killed_by) or r.detail
-        if r.killed_by and r.outcome in (KILLED_BY_SANITIZER, KILLED, BAD_CLAIM) and r.detail:
-            why = r.detail
+        why = r.detail or ", ".join(r.killed_by)  # a kill: its first failing case and why
+        if len(r.killed_by) > 1:
+            why += f" (+{len(r.killed_by) - 1} more failing cases)"
         lines.append(f"| `{r.mutant.id}` | {r.mutant.op} | {_cell(r.mutant.bug)} | {r.outcome} | {_cell(why)} |")
     return lines
 
