@@ -43,6 +43,7 @@ if [ "${BACKEND:-cpu}" = cuda ]; then
   budget=$(( left - 30 ))
   echo "kdtr mutate --backend cuda: --time-budget $budget, killed at $left s" >> "$OUT/mutate-env.txt"
   rdir=/tmp/h200-mutate-reports
+  rm -rf "$rdir"  # a warm machine's earlier run: never copy its reports as this run's
   # --time-budget: kdtr stops what still runs, reports it NOT_RUN and writes the report;
   # the timeout is the backstop (SIGTERM: kdtr kills its builds and binaries, exits 143, no report)
   timeout --kill-after=20 "$left" python3 -m kdtr.cli mutate --backend cuda -j "$(nproc)" --time-budget "$budget" \
