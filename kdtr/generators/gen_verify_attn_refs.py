@@ -67,7 +67,7 @@ class Config:
     sm_scale: float = 0.0  # 0: Dqk^-0.5
     tree_len: tuple[int, ...] = ()  # per request (cycled); empty: full trees (T)
     tier: str = "committed"
-    nonfinite: tuple[str, ...] = ()  # per request (cycled): a NONFINITE_KINDS entry or "" (none)
+    nonfinite: tuple[str, ...] = ()  # per request (cycled): NONFINITE_KINDS / BLOCK_NONFINITE_KINDS entries ("+"-joined) or ""
     special: str = ""  # a SPECIAL_KINDS entry: huge_scores | no_visible_key | masked_extremes | finite_padding
     #                    | late_keys | vis_bytes
 
@@ -255,8 +255,9 @@ def poison(q: np.ndarray | None, kv: np.ndarray, vis: np.ndarray | None, prefix:
             vis[r, :, tl:] = 1
 
 
-NONFINITE_KINDS = ("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key", "only_neg_inf", "no_key",
-                   "neg_inf_value_all", "inf_masked_value")
+NONFINITE_KINDS = ("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key", "only_neg_inf", "no_key")
+# Kinds for blocks of valid rows only (inf_scores*): infinite raw scores, none NaN.
+BLOCK_NONFINITE_KINDS = ("neg_inf_value_all", "inf_masked_value")
 
 
 def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
@@ -291,7 +292,7 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
     Args:
         x: the inputs of :func:`synth` (q [B,T,H,Dqk], kv_cache [B,S,Dqk], prefix_len,
             tree_len, visibility [B,T,T] u8, d_v); modified in place.
-        kinds: entries of NONFINITE_KINDS, "+"-joined entries, or "".
+        kinds: entries of NONFINITE_KINDS or BLOCK_NONFINITE_KINDS, "+"-joined entries, or "".
 
     Raises:
         ValueError: an unknown kind, or a request that the kind does not fit (naming the
@@ -312,8 +313,8 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
 def _inject_one(x: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray, vis: np.ndarray, r: int, kind: str, h: int,
                 dqk: int, d_v: int) -> None:
     """One case of :func:`inject_nonfinite` on request r (same arguments and errors)."""
-    if kind not in NONFINITE_KINDS:
-        raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS}")
+    if kind not in NONFINITE_KINDS + BLOCK_NONFINITE_KINDS:
+        raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS + BLOCK_NONFINITE_KINDS}")
     pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
     need_tl = 2 if kind in ("nan_q", "inf_q", "neg_inf_key", "neg_inf_value_all", "inf_masked_value") else 3
     if tl < need_tl:
