@@ -67,7 +67,8 @@ class Config:
     sm_scale: float = 0.0  # 0: Dqk^-0.5
     tree_len: tuple[int, ...] = ()  # per request (cycled); empty: full trees (T)
     tier: str = "committed"
-    nonfinite: tuple[str, ...] = ()  # per request (cycled): NONFINITE_KINDS / BLOCK_NONFINITE_KINDS entries ("+"-joined) or ""
+    # per request (cycled): NONFINITE_KINDS / BLOCK_NONFINITE_KINDS entries ("+"-joined) or "" (none)
+    nonfinite: tuple[str, ...] = ()
     special: str = ""  # a SPECIAL_KINDS entry: huge_scores | no_visible_key | masked_extremes | finite_padding
     #                    | late_keys | vis_bytes
 

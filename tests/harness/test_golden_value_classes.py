@@ -334,7 +334,8 @@ def test_a_class_that_loses_its_last_golden_fails(reached):
                     ("tree_accept", "two children of the current slot carry the prediction"),
                     ("greedy_step", "bf16, L > 128 (3+ key tiles)"),
                     ("verify_attn", "+-inf raw scores in a 64-row block of valid rows, no NaN raw score"),
-                    ("tree_build", "depth_limit * K > 256 with two defects in one thread's stripe, the lower status first")):
+                    ("tree_build",
+                     "depth_limit * K > 256 with two defects in one thread's stripe, the lower status first")):
         holding = set(reached[op][cls])
         assert holding
         left = holders(gdir, op, [f for f in files[op] if f not in holding])
