@@ -76,7 +76,9 @@ CONFIGS: dict[str, Config] = {
     "duplicate_siblings": Config("two or three siblings carry the predicted token (adjacent or not, at the root and "
                                  "deeper, the first a leaf or with the matching subtree): the first matching "
                                  "sibling in list order wins; every row's walk differs from one that takes the last "
-                                 "match, and rows 0-2, 4, 5 (adjacent duplicates) from one that prefers a matching next sibling", 1016, 16,
+                                 "match, and rows 0-2, 4, 5 (adjacent duplicates) from one that prefers a matching "
+                                 "next sibling",
+                                 1016, 16,
                                  16, depth=5, topk=4, kind="duplicate_siblings"),
 }
 

@@ -83,7 +83,8 @@ CONFIGS: dict[str, Config] = {
                           "in [-3, -1/16], no 0.0) so that scores are exact and nearly all tie, in groups small "
                           "enough for the select build's set: threshold raises at depths 2-7, a set of up to 300 "
                           "entries (more than the 256 threads: strided team loops) and a bitonic sort of 512 slots, "
-                          "ties decided by rank path in the sort; no request falls back to the heap build", 2016, 4, 8, 16, 256,
+                          "ties decided by rank path in the sort; no request falls back to the heap build",
+                          2016, 4, 8, 16, 256,
                           kind="select_ties"),
     "select_ties_n1024": Config("select kernel, 1024-thread instance (N=1024 > 256), K=16, D=16, one request, the "
                                 "select_ties log-probs: threshold raises at depths 3-7 over a set of up to 1179 "

@@ -112,7 +112,7 @@ VERIFY_ATTN: dict[str, Callable[[dict, dict], bool]] = {
     "tree_len 0": lambda t, m: (_i(t, "tree_len") == 0).any(),
     "tree_len 1": lambda t, m: (_i(t, "tree_len") == 1).any(),
     "tree_len T (full tree)": lambda t, m: (_i(t, "tree_len") == _i(t, "q").shape[1]).any(),
-    "padding rows (0 < tree_len < T)": lambda t, m: ((_i(t, "tree_len") > 0) & (_i(t, "tree_len") < _i(t, "q").shape[1])).any(),
+    "padding rows (0 < tree_len < T)": lambda t, m: ((_i(t, "tree_len") > 0) & (_i(t, "tree_len") < _i(t, "q").shape[1])).any(),  # noqa: E501
     "last request ends at S (L == S for b = B-1)": lambda t, m: int(_lens(t)[-1]) == _i(t, "kv_cache").shape[1],
     "d_v == Dqk": lambda t, m: _dims(t)[2] == _dims(t)[1],
     "d_v == 1": lambda t, m: _dims(t)[2] == 1,
@@ -138,7 +138,7 @@ VERIFY_ATTN: dict[str, Callable[[dict, dict], bool]] = {
     "finite q in padding rows": lambda t, m: _finite_padding_q(t),
     "+-inf raw scores in a 64-row block of valid rows, no NaN raw score": lambda t, m: _inf_block(t),
     "d_v > 512 (simt: value columns split over gridDim.y)": lambda t, m: _dims(t)[2] > 512,
-    "|lse| beyond float64 exp's range (> 745)": lambda t, m: (np.abs(_e(t, "lse")[np.isfinite(_e(t, "lse"))]) > 745).any(),
+    "|lse| beyond float64 exp's range (> 745)": lambda t, m: (np.abs(_e(t, "lse")[np.isfinite(_e(t, "lse"))]) > 745).any(),  # noqa: E501
 }
 
 
@@ -186,7 +186,7 @@ def _stripe_defects(t, m) -> bool:
 
 
 TREE_BUILD: dict[str, Callable[[dict, dict], bool]] = {
-    **{f"status {s}": (lambda s: lambda t, m: (_e(t, "status") == s).any())(s) for s in range(7)},
+    **{f"status {s}": (lambda s: lambda t, m: (_e(t, "status") == s).any())(s) for s in range(7)},  # noqa: B023 (bound by the outer lambda)
     "budget 0": lambda t, m: (_i(t, "budget") == 0).any(),
     "depth_limit 0": lambda t, m: (_i(t, "depth_limit") == 0).any(),
     "budget N (full tree)": lambda t, m: ((_e(t, "node_count") == m["max_budget"]) & (_e(t, "status") == 0)).any(),
@@ -211,7 +211,7 @@ TREE_BUILD: dict[str, Callable[[dict, dict], bool]] = {
     "last request depth_limit > D (rows past the inputs)": lambda t, m: int(_i(t, "depth_limit")[-1]) > _lp(t).shape[1],
     "log-prob +0.0": lambda t, m: any(((c == 0) & ~np.signbit(c)).any() for c in _checked(t)),
     "log-prob -0.0": lambda t, m: any(((c == 0) & np.signbit(c)).any() for c in _checked(t)),
-    "-0.0 and +0.0 in one request": lambda t, m: any(((c == 0) & np.signbit(c)).any() and ((c == 0) & ~np.signbit(c)).any()
+    "-0.0 and +0.0 in one request": lambda t, m: any(((c == 0) & np.signbit(c)).any() and ((c == 0) & ~np.signbit(c)).any()  # noqa: E501
                                                      for c in _checked(t)),
     "positive log-prob": lambda t, m: any((c > 0).any() for c in _checked(t)),
     "positive log-prob at rank 0 of a deeper row (child beats parent)": lambda t, m: any(
@@ -248,7 +248,7 @@ def _duplicate_match_on_walk(t) -> bool:
 
 
 TREE_ACCEPT: dict[str, Callable[[dict, dict], bool]] = {
-    **{f"status {s}": (lambda s: lambda t, m: (_e(t, "status") == s).any())(s) for s in range(5)},
+    **{f"status {s}": (lambda s: lambda t, m: (_e(t, "status") == s).any())(s) for s in range(5)},  # noqa: B023 (bound by the outer lambda)
     "node_count 0": lambda t, m: (_i(t, "node_count") == 0).any(),
     "node_count T-1 (full row)": lambda t, m: (_i(t, "node_count") == _i(t, "next_token").shape[1] - 1).any(),
     "T > 32 (the kernel's lane stripes wrap)": lambda t, m: _i(t, "next_token").shape[1] > 32,

@@ -17,9 +17,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import op_binary
 
 import kdtr
+from conftest import op_binary
 from kdtr import format as kformat
 from kdtr.generators import gen_tree_build_refs as gen
 
