@@ -17,7 +17,10 @@ How a GPU mutant is judged (:func:`run_mutant`):
    NOT_SUPPORTED twice: dropped (mma and wgmma on f32 goldens); anything else, or two
    runs that differ, stops the run (:class:`kdtr.run.UsageError`).
 4. The goldens: any kept case failing (MISMATCH, CRASH, TIMEOUT, ERROR) or NOT_SUPPORTED
-   kills the mutant (KILLED; BAD_CLAIM if declared equivalent).
+   kills the mutant (KILLED; BAD_CLAIM if declared equivalent). A kill other than a
+   MISMATCH (in 4, 5a or 5b) is first confirmed (:func:`confirm_own_failure`): the case
+   runs again on the unmutated build, same device, sanitizer and limit; if that fails too
+   the failure is the machine's and the run stops (:class:`kdtr.run.UsageError`).
 5. The survivor sweep: the kept cases again, (a) plain, every output byte-compared with
    the first run (a difference: KILLED, "nondeterministic: <case>: <output>[index] ...");
    (b) under each compute-sanitizer tool of :attr:`CudaPlan.sanitizer_tools` in turn
@@ -364,6 +367,31 @@ def _sanitizer_error(r: runner.CaseResult, tool: str) -> str | None:
     return first.strip()
 
 
+def confirm_own_failure(r: runner.CaseResult, plan: CudaPlan, ws: Workspace, d: Path, *, device: int,
+                        sanitizer: str = "", limit: Callable[[runner.Case], float]) -> None:
+    """Check that a mutant's failing result ``r`` (not a MISMATCH) is the mutant's own: its
+    case runs again alone on the unmutated build, on the same device, under the same
+    sanitizer and time limit (outputs under ``d``). A CRASH, TIMEOUT, ERROR or
+    NOT_SUPPORTED the unmutated build gives too is the machine's (the GPU out of memory or
+    busy, a load that ran past the limit, a sanitizer that does not start), not a kill.
+    A MISMATCH is not checked: calibration saw the unmutated build pass that case twice
+    with the same bytes (and clean under the sanitizer).
+
+    Raises:
+        runner.UsageError: the unmutated build fails the case too (the run must stop: no
+            mutant can be judged so).
+    """
+    if r.status == Status.MISMATCH:
+        return
+    (base,) = run_cases([r.case], plan, ws.base / "build" / "bin", d / "unmutated-check", device=device,
+                        sanitizer=sanitizer, timeout=limit)
+    if base.status != Status.PASS:
+        under = f" under compute-sanitizer {sanitizer}" if sanitizer else ""
+        raise runner.UsageError(f"the unmutated cuda build fails {r.case.id} too{under} (device {device}): "
+                                f"{base.status}: {base.reason[:300]}; the mutant's {r.status} is the machine's, "
+                                "not the mutant's (no verdict)")
+
+
 def build_mutant(m: Mutant, ws: Workspace, d: Path) -> tuple[MutantResult | None, list[str]]:
     """Apply ``m`` in the copy ``d`` and rebuild the binaries built from its file.
 
@@ -441,12 +469,14 @@ def run_mutant(m: Mutant, ws: Workspace, plan: CudaPlan, device: int = 0, build_
         first = run_cases(cases, plan, bin_dir, d / "obtained", device=device, timeout=limit)
         failed = [r for r in first if r.status in FAILING or r.status == Status.NOT_SUPPORTED]
         if failed:
+            confirm_own_failure(failed[0], plan, ws, d, device=device, limit=limit)
             return _killed(m, KILLED, failed, f"{failed[0].case.id}: {failed[0].status}: {failed[0].reason}", t0)
         # (a) a second plain run, byte-compared with the first
         second = run_cases(cases, plan, bin_dir, d / "obtained-2", device=device, timeout=limit,
                            stop_on_failure=True)
         failed = [r for r in second if r.status in FAILING or r.status == Status.NOT_SUPPORTED]
         if failed:
+            confirm_own_failure(failed[0], plan, ws, d, device=device, limit=limit)
             return _killed(m, KILLED, failed[:1], f"second run: {failed[0].case.id}: {failed[0].status}: "
                                                   f"{failed[0].reason}", t0)
         by_case = {r.case: r for r in first}
@@ -457,12 +487,16 @@ def run_mutant(m: Mutant, ws: Workspace, plan: CudaPlan, device: int = 0, build_
         # (b) compute-sanitizer, tool by tool
         for tool in plan.sanitizer_tools:
             ensure_clean(plan, ws, cases, tool)
+
+            def san_limit(c: runner.Case, tool: str = tool) -> float:
+                return max(MIN_SANITIZER_TIMEOUT, TIMEOUT_FACTOR * plan.clean.get((c, tool), 60.0))
+
             res = run_cases(cases, plan, bin_dir, d / f"sanitizer-{tool}", device=device, sanitizer=tool,
-                            timeout=lambda c, tool=tool: max(MIN_SANITIZER_TIMEOUT,
-                                                             TIMEOUT_FACTOR * plan.clean.get((c, tool), 60.0)),
-                            stop_on_failure=True)
+                            timeout=san_limit, stop_on_failure=True)
             bad = [r for r in res if r.status in FAILING or r.status == Status.NOT_SUPPORTED]
             if bad:
+                # a sanitizer report too: the tool's own failure to start may use its error exit code
+                confirm_own_failure(bad[0], plan, ws, d, device=device, sanitizer=tool, limit=san_limit)
                 first_line = _sanitizer_error(bad[0], tool)
                 if first_line is not None:
                     return _killed(m, KILLED_BY_SANITIZER, bad[:1], f"{tool}: {bad[0].case.id}: {first_line}", t0)

@@ -158,6 +158,11 @@ MODE='@MODE@'; OUTS='@OUTS@'
 LOG=${FAKE_LOG:-}
 [ -n "$LOG" ] && echo "$MODE $*" >> "$LOG"
 if [ "$MODE" = hang ]; then echo $$ >> "$FAKE_PIDS"; : < "$FAKE_FIFO"; fi  # blocks until killed
+[ "$MODE" = crash ] && { echo "kdtr_@OP@: CUDA error: an illegal memory access was encountered" >&2; exit 1; }
+if [ -n "${FAKE_OOM:-}" ]; then  # the GPU runs out of memory once a mutant's first run starts, for every build
+  case "$*" in */obtained/*) : > "$FAKE_OOM" ;; esac
+  [ -e "$FAKE_OOM" ] && { echo "kdtr_@OP@: CUDA error: out of memory" >&2; exit 1; }
+fi
 batch=0; kernel=''; prev=''
 for a in "$@"; do
   [ "$a" = --batch ] && batch=1
@@ -208,6 +213,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "${FAKE_SAN_LOG:-}" ] && echo "$tool $*" >> "$FAKE_SAN_LOG"
+if [ -n "${FAKE_SAN_BROKEN:-}" ]; then  # the tool stops starting once a mutant's sweep begins, for every build
+  case "$*" in */sanitizer-$tool/*) : > "$FAKE_SAN_BROKEN" ;; esac
+  if [ -e "$FAKE_SAN_BROKEN" ]; then
+    echo "========= Error: Target application terminated before first instrumented API call"
+    exit "$FAKE_SAN_BROKEN_EXIT"
+  fi
+fi
 export FAKE_SAN_TOOL=$tool FAKE_SAN_EXIT
 "$@"; rc=$?
 echo "========= ERROR SUMMARY: 0 errors"
@@ -604,3 +616,39 @@ def test_build_only_with_nvcc_on_tiny_mutants(tmp_path):
     assert {r.mutant.id.rsplit("/", 1)[1]: r.outcome for r in results} == {n: o for n, (_, _, o) in cases.items()}
     assert ws.ops_of(ta) == ["tree_accept", "greedy_step"]
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+# --- failures of the machine, not of the mutant ------------------------------------------------
+
+def test_a_crash_the_unmutated_build_shows_too_is_not_a_kill(checkout, tmp_path, monkeypatch):
+    """The GPU out of memory for every build once the mutant runs (another job's memory):
+    the survivor's CRASH is the machine's; the unmutated build, run again on that case,
+    fails too, so the run stops (exit 2) instead of reporting a kill."""
+    monkeypatch.setenv("FAKE_OOM", str(tmp_path / "oom"))
+    res = _invoke(checkout, "--only", "gpu/simt/survives", "--sanitizer-tools", "none")
+    assert res.exit_code == 2, res.output
+    assert "the unmutated cuda build fails verify_attn/dv_full@cuda:simt too" in res.output
+    assert "out of memory" in res.output
+    assert not (checkout / "reports" / "mutation.json").exists()
+
+
+def test_a_crash_only_the_mutant_shows_is_still_a_kill(checkout, tmp_path):
+    (checkout / "mutants/gpu/simt.toml").write_text(_entry("crash", "simt", "MODE=pass", "MODE=crash"))
+    m = _one(checkout, "crash", "--sanitizer-tools", "none")  # the unmutated build, run again, passes
+    assert m["outcome"] == mut.KILLED, m
+    assert m["detail"].startswith("verify_attn/dv_full@cuda:simt: CRASH: exit 1: ") and "illegal memory" in m["detail"]
+
+
+@pytest.mark.parametrize("code", ["1", "error-exitcode"])  # its own exit code, or the one it was given
+def test_a_sanitizer_that_stops_starting_is_not_a_kill(checkout, tmp_path, monkeypatch, code):
+    """compute-sanitizer fails to start (for every build) after the unmutated build was
+    checked clean: the survivor is not KILLED (nor KILLED_BY_SANITIZER); the run stops."""
+    from kdtr.run.cases import SANITIZER_EXIT
+
+    monkeypatch.setenv("FAKE_SAN_BROKEN", str(tmp_path / "san-broken"))
+    monkeypatch.setenv("FAKE_SAN_BROKEN_EXIT", str(SANITIZER_EXIT) if code == "error-exitcode" else code)
+    res = _invoke(checkout, "--only", "gpu/simt/survives", "--sanitizer-tools", "memcheck")
+    assert res.exit_code == 2, res.output
+    assert "the unmutated cuda build fails verify_attn/dv_full@cuda:simt too under compute-sanitizer memcheck" \
+        in res.output
+    assert not (checkout / "reports" / "mutation.json").exists()
