@@ -158,14 +158,8 @@ def mutate(only, generic, sample, seed, catalogue, jobs, cxxflags, cache, catalo
                     fail_usage(printable(str(exc)))
                     return
     except (children.Terminated, KeyboardInterrupt) as exc:
-        children.stop_all()  # every build, compiler and test binary still running (each in its own group)
-        click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: mutation run stopped, its builds "
-                   "and binaries killed; no report written", err=True)
-        sys.exit(128 + children.signal_number(exc))
-    env = report.environment()
-    env["commit"] = report.git_commit(root)
-    env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    env["seconds"] = round(time.monotonic() - t0, 1)
+        _stopped(exc)
+    env = _environment(root, t0)
     env["cxxflags"] = cxxflags if cxxflags is not None else "Makefile default"
     if generic_note:
         env["generic pass"] = generic_note
@@ -294,14 +288,8 @@ def _mutate_cuda(root: Path, gdir: Path, rdir: Path, only, generic: bool, catalo
                     fail_usage(printable(str(exc)))
                     return
     except (children.Terminated, KeyboardInterrupt) as exc:
-        children.stop_all()  # every build, compiler and test binary still running (each in its own group)
-        click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: mutation run stopped, its builds "
-                   "and binaries killed; no report written", err=True)
-        sys.exit(128 + children.signal_number(exc))
-    env = report.environment()
-    env["commit"] = report.git_commit(root)
-    env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    env["seconds"] = round(time.monotonic() - t0, 1)
+        _stopped(exc)
+    env = _environment(root, t0)
     env["backend"] = "cuda" + (" (--build-only: nothing run)" if build_only else "")
     env["nvcc"] = f"{nvcc}: " + (_first_line([nvcc, "--version"], last=True) or "?")
     env["cuda build"] = (f"CUDA_ARCH={mut.workspace.CUDA_ARCH}, Hopper kernel "
@@ -362,3 +350,21 @@ def _first_line(cmd: list[str], last: bool = False) -> str:
         return ""
     lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
     return (lines[-1] if last else lines[0]) if lines else ""
+
+
+def _stopped(exc: BaseException) -> None:
+    """Ctrl-C / SIGTERM / SIGHUP: kill every build, compiler and test binary still running
+    (each in its own process group), say so on stderr, exit 128 + the signal number."""
+    children.stop_all()
+    click.echo(f"kdtr: {signal.Signals(children.signal_number(exc)).name}: mutation run stopped, its builds "
+               "and binaries killed; no report written", err=True)
+    sys.exit(128 + children.signal_number(exc))
+
+
+def _environment(root, t0: float) -> dict:
+    """The report's environment: machine, commit, the command line, the run's seconds."""
+    env = report.environment()
+    env["commit"] = report.git_commit(root)
+    env["command"] = "kdtr mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    env["seconds"] = round(time.monotonic() - t0, 1)
+    return env
