@@ -39,10 +39,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "verify_attn.cuh"
 #include "verify_attn_device.cuh"
@@ -457,11 +460,9 @@ struct Cfg {
 
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
-    verify_attn_mma_kernel(const __grid_constant__ VerifyAttnProblem prm, int tiles_per_req, VerifyAttnCheck chk) {
+    verify_attn_mma_kernel(const __grid_constant__ VerifyAttnProblem prm, SplitArgs sa, VerifyAttnCheck chk) {
   const uint16_t* __restrict__ q = static_cast<const uint16_t*>(prm.q);
   const uint16_t* __restrict__ kv = static_cast<const uint16_t*>(prm.kv_cache);
-  const int32_t* __restrict__ prefix_len = prm.prefix_len;
-  const int32_t* __restrict__ tree_len = prm.tree_len;
   const uint8_t* __restrict__ vis = prm.visibility;
   const float sm_scale = prm.sm_scale;
   const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), S = static_cast<int>(prm.S);
@@ -471,12 +472,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Cfg<DQK, DV>;
   extern __shared__ __align__(128) uint8_t smem[];
 
-  const int b = static_cast<int>(blockIdx.x) / tiles_per_req;
-  const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
+  // The block's request, row tile and key tiles (split-KV), its lengths checked first
+  // (verify_attn_launch.h): nothing of a failing request is read.
+  const BlockWork work = block_work(sa, prm, chk.rule);
+  if (work.none) return;
+  const int b = work.b, m0 = work.m0;
   const int M = T * H;
-  const int pl = prefix_len[b], tl = tree_len[b];
-  // The lengths first (verify_attn_launch.h): nothing of a failing request is read.
-  const bool ok = length_fault(pl, tl, prm.T, prm.S, chk.rule) == 0;
+  const int pl = work.pl, tl = work.tl;
+  const bool ok = work.ok;
   // (L wraps, unused, where !ok: unsigned, so that no signed overflow is evaluated.)
   const int valid_rows = ok ? tl * H : 0, L = static_cast<int>(static_cast<uint32_t>(pl) + static_cast<uint32_t>(tl));
   const int64_t row_base = static_cast<int64_t>(b) * M;
@@ -515,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                  ok);
     }
   };
-  load_kv(0, sKV0);
+  load_kv(work.j0, sKV0);
   cp_async_commit();
 
   // This thread's two rows (in the block) and their visibility rows (the mma kernel keeps
@@ -536,15 +539,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int n = 0; n < C::kONT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
 
-  const int ntiles = (L + kBN - 1) / kBN;
-  for (int j = 0; j < ntiles; ++j) {
+  // Key tiles [j0, j1) of the block's split (all of them unsplit); buffer (j - j0) & 1.
+  const int j0 = work.j0, j1 = work.j1;
+  for (int j = j0; j < j1; ++j) {
+    const int odd = (j - j0) & 1;
     cp_async_wait_all();
     __syncthreads();  // KV tile j (and Q) visible; every warp is done with tile j-1
-    if (j + 1 < ntiles) {
-      load_kv(j + 1, (j & 1) ? sKV0 : sKV1);
+    if (j + 1 < j1) {
+      load_kv(j + 1, odd ? sKV0 : sKV1);
       cp_async_commit();
     }
-    const uint32_t sK = (j & 1) ? sKV1 : sKV0;
+    const uint32_t sK = odd ? sKV1 : sKV0;
 
     // S[16 rows, 32 keys] = Q K^T, in two chains over the key dims summed at the end: the
     // tensor cores' f32 accumulation drifts with the number of accumulate steps and the
@@ -611,7 +616,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // non-finite, its non-finite elements become 0 (the "P complete" barrier below orders
     // these writes before P V reads the tile).
     if (__syncthreads_or(raw_nonfinite)) {
-      uint4* const tile = reinterpret_cast<uint4*>(smem + ((j & 1) ? 2 : 1) * C::kTileBytes);
+      uint4* const tile = reinterpret_cast<uint4*>(smem + (odd ? 2 : 1) * C::kTileBytes);
       for (int idx = tid; idx < kBN * C::kChunks; idx += kThreads) {
         uint4 u = tile[idx];
         u.x = bf16x2_finite_or_zero(u.x);
@@ -681,6 +686,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     red_sum[wc * kBM + rr[1]] = l_run[1];
   }
   __syncthreads();
+  if (work.splits > 1) {  // the partial result: O unnormalised, m and l per row (combine_kernel)
+    float* const slot = split_slot(sa, work);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* const orow = slot + static_cast<int64_t>(rr[h]) * sa.ldo;
+#pragma unroll
+      for (int n = 0; n < C::kONT; ++n) {
+        const int col = ocol0 + n * 8 + 2 * tig;
+        if (col < d_v) *reinterpret_cast<float2*>(orow + col) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+      }
+      if (wc == 0 && tig == 0) {
+        slot[kBM * sa.ldo + rr[h]] = m_run[h];
+        slot[kBM * sa.ldo + kBM + rr[h]] = l_run[h] + red_sum[kBM + rr[h]];
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int m = m0 + rr[h];
@@ -722,6 +744,77 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t pl = prm.prefix_len[b], tl = prm.tree_len[b];
   const int32_t field = length_fault(pl, tl, prm.T, prm.S, chk.rule);
   if (field != 0) record_fault(chk, field, b, pl, tl, prm.T, prm.S);
+}
+
+// ---------------------------------------------------------------------------------------
+// combine: the split-KV merge (verify_attn_device.cuh, SplitArgs)
+// ---------------------------------------------------------------------------------------
+//
+// One block per row tile of each request (gridDim.x = B * row_tiles_T); blocks of requests
+// that did not split (or failed the length check, or of padding tiles) return at once.
+// Row r of the tile, split s: O_s (unnormalised), m_s, l_s.  With M = the NaN-propagating
+// max of the m_s (m_use = 0 where M = -inf) and w_s = exp(m_s - m_use), the row's sum is
+// l = sum_s w_s l_s (in split order) and out = (sum_s w_s O_s) / l, lse = M + log(l): the
+// online softmax's rescaling applied once per split instead of once per tile, decided by
+// finish_row like the unsplit kernels (a NaN m_s or l_s makes l NaN).
+__global__ void __launch_bounds__(kThreads)
+    verify_attn_combine_kernel(const __grid_constant__ VerifyAttnProblem prm, SplitArgs sa, VerifyAttnCheck chk) {
+  const int b = static_cast<int>(blockIdx.x) / sa.row_tiles_T;
+  const int tile = static_cast<int>(blockIdx.x) - b * sa.row_tiles_T;
+  const int pl = prm.prefix_len[b], tl = prm.tree_len[b];
+  if (sa.ws == nullptr || length_fault(pl, tl, prm.T, prm.S, chk.rule) != 0) return;
+  const VerifyAttnSplit sp = verify_attn_split(pl, tl, prm.H);
+  const int splits = static_cast<int>(sp.splits), rt = static_cast<int>(sp.row_tiles);
+  if (splits <= 1 || tile >= rt) return;
+  const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), d_v = static_cast<int>(prm.d_v);
+  const int M = T * H, m0 = tile * kBM, valid_rows = tl * H;
+  const int rows = min(kBM, M - m0);
+  const int64_t row_base = static_cast<int64_t>(b) * M + m0;
+  const float* const slot0 =
+      sa.ws + (static_cast<int64_t>(b) * sa.slots_per_req + tile) * sa.slot_floats;  // split s: + s * rt slots
+  const int64_t split_stride = static_cast<int64_t>(rt) * sa.slot_floats;
+  const int ml = kBM * sa.ldo;  // m [64] then l [64] after a slot's O
+
+  __shared__ float wgt[kVerifyAttnMaxSplits][kBM];  // w_s per row
+  __shared__ float lsum[kBM];
+  __shared__ RowResult res[kBM];
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kBM) {
+    const int r = tid, m = m0 + r;
+    const bool rv = m < valid_rows;
+    float mx = neg_inf(), l = 0.0f;
+    if (rv) {
+      for (int s = 0; s < splits; ++s) mx = verify_attn_max(mx, slot0[s * split_stride + ml + r]);
+      const float m_use = mx == neg_inf() ? 0.0f : mx;
+      for (int s = 0; s < splits; ++s) {
+        const float* const sl = slot0 + s * split_stride;
+        const float w = exp2f((sl[ml + r] - m_use) * kLog2e);
+        wgt[s][r] = w;
+        l += w * sl[ml + kBM + r];
+      }
+    }
+    const uint8_t* const vrow = prm.visibility + (static_cast<int64_t>(b) * T + (rv ? m / H : 0)) * T;
+    res[r] = finish_row(l, rv, pl, tl, vrow);
+    lsum[r] = l;
+    if (r < rows) prm.lse[row_base + r] = res[r].nan ? quiet_nan() : res[r].zero ? neg_inf() : mx + logf(l);
+  }
+  __syncthreads();
+  float* __restrict__ out = prm.out;
+  for (int idx = tid; idx < rows * d_v; idx += kThreads) {
+    const int r = idx / d_v, c = idx - r * d_v;
+    const RowResult rr = res[r];
+    float v;
+    if (rr.nan) {
+      v = quiet_nan();
+    } else if (rr.zero) {
+      v = 0.0f;
+    } else {
+      float acc = 0.0f;
+      for (int s = 0; s < splits; ++s) acc += wgt[s][r] * slot0[s * split_stride + static_cast<int64_t>(r) * sa.ldo + c];
+      v = acc / lsum[r];
+    }
+    out[(row_base + r) * d_v + c] = v;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -855,6 +948,42 @@ int simt_instance(int32_t dtype, int64_t d_v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The split kernels' grid and workspace for p's dims (SplitArgs, verify_attn_device.cuh):
+// bounds over every valid request of p's T, H and S (L <= S; verify_attn_split gives at most
+// ceil(ceil(S / 64) / kVerifyAttnMinSplitTiles) splits, and at most ceil(128 / row_tiles)).
+struct SplitLayout {
+  int64_t row_tiles_T, items_per_req, slots_per_req, slot_floats, ldo;
+  size_t bytes;  // the workspace: B * slots_per_req slots of slot_floats floats (0: no split)
+};
+SplitLayout split_layout(const VerifyAttnProblem& p) {
+  SplitLayout s{};
+  s.row_tiles_T = ceil_div(p.T * p.H, kBM);
+  s.ldo = (p.d_v + 3) / 4 * 4;
+  s.slot_floats = kBM * s.ldo + 2 * kBM;
+  s.items_per_req = s.row_tiles_T;
+  const int64_t by_keys = ceil_div(ceil_div(p.S, kBN), kVerifyAttnMinSplitTiles);
+  for (int64_t rt = 1; rt <= s.row_tiles_T && rt < kVerifyAttnSplitTargetBlocks; ++rt) {
+    const int64_t splits = std::min(std::min(ceil_div(kVerifyAttnSplitTargetBlocks, rt), kVerifyAttnMaxSplits), by_keys);
+    if (splits <= 1) continue;
+    s.slots_per_req = std::max(s.slots_per_req, rt * splits);
+    s.items_per_req = std::max(s.items_per_req, rt * splits + s.row_tiles_T - rt);
+  }
+  s.bytes = static_cast<size_t>(p.B * s.slots_per_req * s.slot_floats) * sizeof(float);
+  return s;
+}
+
+bool splits_kv(int instance) { return instance == kMmaD128V128 || instance == kMmaD576V512 || instance == kWgmma; }
+
+// The per-device split-KV workspaces: grown, never freed or moved (a CUDA graph captured
+// with one keeps its address), so a process holds at most one per device at the largest
+// size asked plus the smaller ones it outgrew.
+std::mutex g_workspace_mutex;
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+std::vector<Workspace> g_workspaces;
+
 // The Hopper kernel's id when it computes `p` on `device` (compute capability 9.0, a
 // build that has it, enough opt-in shared memory), else 0; a device-query error is
 // returned through *err.
@@ -890,6 +1019,7 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
     return cudaErrorInvalidValue;
   const int64_t tiles = ceil_div(p.T * p.H, kBM);
   if (p.B > 0 && tiles > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
+  const SplitLayout split = split_layout(p);
 
   int mma_id = 0;
   if (p.dtype == KDTR_DTYPE_BF16 && p.Dqk % 8 == 0) {
@@ -925,9 +1055,12 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
   plan->kernel = id == kWgmma         ? VerifyAttnKernel::Wgmma
                  : id >= kMmaD128V128 ? VerifyAttnKernel::Mma
                                       : VerifyAttnKernel::Simt;
+  if (splits_kv(id) && p.B > 0 && split.items_per_req > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
   plan->instance = id;
   plan->smem_bytes = info.smem;
   plan->name = info.name;
+  plan->workspace_bytes = splits_kv(id) ? split.bytes : 0;
+  plan->workspace = nullptr;
   return cudaSuccess;
 }
 
@@ -959,7 +1092,32 @@ cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAtt
     return perr;
   }
   if (perr != cudaSuccess) return perr;
-  return verify_attn_configure(*plan);
+  const cudaError_t cerr = verify_attn_configure(*plan);
+  if (cerr != cudaSuccess) return cerr;
+  return verify_attn_reserve(plan);
+}
+
+cudaError_t verify_attn_reserve(VerifyAttnPlan* plan) {
+  if (plan == nullptr) return cudaErrorInvalidValue;
+  if (plan->workspace_bytes == 0) {
+    plan->workspace = nullptr;
+    return cudaSuccess;
+  }
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  if (static_cast<size_t>(device) >= g_workspaces.size()) g_workspaces.resize(static_cast<size_t>(device) + 1);
+  Workspace& w = g_workspaces[static_cast<size_t>(device)];
+  if (w.bytes < plan->workspace_bytes) {
+    void* ptr = nullptr;
+    if ((err = cudaMalloc(&ptr, plan->workspace_bytes)) != cudaSuccess) return err;
+    w.ptr = ptr;  // the smaller one is kept (not freed): a captured graph may use it
+    w.bytes = plan->workspace_bytes;
+  }
+  plan->workspace = w.ptr;
+  plan->workspace_bytes = w.bytes;
+  return cudaSuccess;
 }
 
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan) {
@@ -1029,9 +1187,35 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
     verify_attn_check_kernel<<<static_cast<unsigned>(ceil_div(p.B, kThreads)), kThreads, 0, stream>>>(p, chk);
     return cudaGetLastError();
   }
+  if (splits_kv(plan.instance)) {
+    const SplitLayout lay = split_layout(p);
+    if (lay.bytes > 0 && (plan.workspace == nullptr || plan.workspace_bytes < lay.bytes)) return cudaErrorInvalidValue;
+    if (lay.items_per_req > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
+    const SplitArgs sa{lay.bytes > 0 ? static_cast<float*>(plan.workspace) : nullptr,
+                       static_cast<int>(lay.items_per_req),
+                       static_cast<int>(lay.row_tiles_T),
+                       lay.slots_per_req,
+                       lay.slot_floats,
+                       static_cast<int>(lay.ldo)};
+    const unsigned grid = static_cast<unsigned>(p.B * lay.items_per_req);
+    switch (plan.instance) {
+      case kMmaD128V128:
+        mma::verify_attn_mma_kernel<128, 128><<<grid, kThreads, plan.smem_bytes, stream>>>(p, sa, chk);
+        err = cudaGetLastError();
+        break;
+      case kMmaD576V512:
+        mma::verify_attn_mma_kernel<576, 512><<<grid, kThreads, plan.smem_bytes, stream>>>(p, sa, chk);
+        err = cudaGetLastError();
+        break;
 #if defined(KDTR_HAVE_WGMMA)
-  if (plan.instance == kWgmma) return sm90::launch_wgmma(p, chk, stream);
+      case kWgmma: err = sm90::launch_wgmma(p, sa, grid, chk, stream); break;
 #endif
+      default: return cudaErrorInvalidValue;
+    }
+    if (err != cudaSuccess || sa.ws == nullptr) return err;
+    verify_attn_combine_kernel<<<static_cast<unsigned>(p.B * lay.row_tiles_T), kThreads, 0, stream>>>(p, sa, chk);
+    return cudaGetLastError();
+  }
   const InstanceInfo info = instance_info(plan.instance);
   if (info.fn == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.B * tiles),
@@ -1057,8 +1241,6 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
     case kSimtBf16Nj8:
       simt::verify_attn_simt_kernel<uint16_t, 8><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS);
       break;
-    case kMmaD128V128: mma::verify_attn_mma_kernel<128, 128><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
-    case kMmaD576V512: mma::verify_attn_mma_kernel<576, 512><<<grid, kThreads, smem, stream>>>(KDTR_VA_ARGS); break;
     default: return cudaErrorInvalidValue;
   }
 #undef KDTR_VA_ARGS

@@ -88,6 +88,55 @@ KDTR_HD inline F verify_attn_max(F a, F b) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Split-KV schedule of the tensor-core kernels (docs/ops/verify_attn.md, "Split-KV")
+// ---------------------------------------------------------------------------------------
+//
+// The mma and wgmma kernels give a block 64 query rows (m = i*H + h) of one request and a
+// range of its key tiles (64 keys each).  A request whose rows fill few blocks has its L =
+// prefix_len + tree_len keys split across blocks, so that a small batch still fills the
+// GPU; the partial results are merged by a combine kernel.  The split depends on the
+// request's own prefix_len, tree_len and H only (never on the batch, the device or the
+// other requests), so a request's bits are the same in any batch:
+//   row_tiles  = ceil(tree_len * H / 64)                  (blocks of rows with a query)
+//   key_tiles  = ceil(L / 64)
+//   want       = min(kVerifyAttnMaxSplits, ceil(kVerifyAttnSplitTargetBlocks / row_tiles))
+//   tiles      = max(kVerifyAttnMinSplitTiles, ceil(key_tiles / want))   (per split)
+//   splits     = ceil(key_tiles / tiles)
+// split s holds key tiles [s * tiles, min((s + 1) * tiles, key_tiles)), i.e. keys
+// [64 s tiles, min(64 (s + 1) tiles, L)); the last one may hold a single key.  splits == 1
+// (no row tiles, or L <= 64 kVerifyAttnMinSplitTiles keys, or row_tiles >= 128) is the
+// unsplit kernel.  kdtr/ops/verify_attn.py (split_schedule) mirrors this.
+constexpr int64_t kVerifyAttnSplitTargetBlocks = 128;  // blocks per request the split aims at
+constexpr int64_t kVerifyAttnMaxSplits = 16;
+constexpr int64_t kVerifyAttnMinSplitTiles = 4;  // 256 keys: a split's work against its partial's traffic
+constexpr int64_t kVerifyAttnTileRows = 64;      // query rows per block, keys per tile
+
+struct VerifyAttnSplit {
+  int64_t row_tiles;    // ceil(tree_len * H / 64)
+  int64_t key_tiles;    // ceil(L / 64)
+  int64_t split_tiles;  // key tiles per split (all but the last)
+  int64_t splits;       // >= 1
+};
+
+// The split of one request with valid lengths (verify_attn_lengths_ok) and H heads.
+KDTR_HD inline VerifyAttnSplit verify_attn_split(int64_t prefix_len, int64_t tree_len, int64_t H) {
+  const int64_t n = kVerifyAttnTileRows;
+  VerifyAttnSplit s;
+  s.row_tiles = (tree_len * H + n - 1) / n;
+  s.key_tiles = (prefix_len + tree_len + n - 1) / n;
+  s.split_tiles = s.key_tiles;
+  s.splits = 1;
+  if (s.row_tiles == 0 || s.key_tiles == 0) return s;
+  int64_t want = (kVerifyAttnSplitTargetBlocks + s.row_tiles - 1) / s.row_tiles;
+  if (want > kVerifyAttnMaxSplits) want = kVerifyAttnMaxSplits;
+  int64_t tiles = (s.key_tiles + want - 1) / want;
+  if (tiles < kVerifyAttnMinSplitTiles) tiles = kVerifyAttnMinSplitTiles;
+  s.split_tiles = tiles;
+  s.splits = (s.key_tiles + tiles - 1) / tiles;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
 // CPU backend
 // ---------------------------------------------------------------------------------------
 

@@ -135,6 +135,81 @@ __device__ __forceinline__ void request_failed(const VerifyAttnCheck& chk, const
              quiet_nan());
 }
 
+// ---------------------------------------------------------------------------------------
+// Split-KV (verify_attn.cuh, verify_attn_split; docs/ops/verify_attn.md, "Split-KV")
+// ---------------------------------------------------------------------------------------
+//
+// The mma and wgmma kernels run gridDim.x = B * items_per_req blocks.  Item w of request b
+// with row_tiles r and s splits (verify_attn_split): w < r * s is split w / r of row tile
+// w % r (the blocks reading one split's keys adjacent); r * s <= w < r * s + (row_tiles_T -
+// r) is the padding row tile r + (w - r * s); the rest have nothing to do.  A failing
+// request (length_fault) is unsplit: item w < row_tiles_T is row tile w.  A split block
+// (splits > 1) writes its partial result to workspace slot (b * slots_per_req + w) -- O
+// unnormalised [64][ldo] (rows of the tile, value columns < d_v), then the row max m [64]
+// and row sum l [64] -- and the combine kernel merges the slots of each row tile.
+struct SplitArgs {
+  float* ws;              // the workspace; nullptr: the launch never splits
+  int items_per_req;      // blocks per request
+  int row_tiles_T;        // ceil(T * H / 64)
+  int64_t slots_per_req;  // workspace slots per request
+  int64_t slot_floats;    // floats per slot: 64 * ldo + 128
+  int ldo;                // row stride of a slot's O (d_v rounded up to 4)
+};
+
+// What one block of a split kernel computes.
+struct BlockWork {
+  bool none;        // nothing to do: return
+  bool ok;          // the request's lengths are valid (else: request_failed on its row tile)
+  int b, tile, m0;  // request, row tile, its first row m
+  int pl, tl;       // the request's lengths
+  int j0, j1;       // key tiles [j0, j1)
+  int split, splits, row_tiles;
+};
+
+__device__ __forceinline__ BlockWork block_work(const SplitArgs& sa, const VerifyAttnProblem& prm, int32_t rule) {
+  BlockWork w{};
+  const int items = sa.items_per_req;
+  w.b = static_cast<int>(blockIdx.x) / items;
+  const int item = static_cast<int>(blockIdx.x) - w.b * items;
+  w.pl = prm.prefix_len[w.b];
+  w.tl = prm.tree_len[w.b];
+  w.ok = length_fault(w.pl, w.tl, prm.T, prm.S, rule) == 0;
+  w.split = 0;
+  w.splits = 1;
+  if (!w.ok) {  // (L and the row tiles unused: nothing of the request is read)
+    w.none = item >= sa.row_tiles_T;
+    w.tile = item;
+    w.m0 = item * 64;
+    w.row_tiles = 0;
+    w.j0 = w.j1 = 0;
+    return w;
+  }
+  const VerifyAttnSplit sp = verify_attn_split(w.pl, w.tl, prm.H);
+  const int rt = static_cast<int>(sp.row_tiles);
+  const int splits = sa.ws != nullptr ? static_cast<int>(sp.splits) : 1;
+  const int tiles = splits > 1 ? static_cast<int>(sp.split_tiles) : static_cast<int>(sp.key_tiles);
+  w.row_tiles = rt;
+  w.splits = splits;
+  if (item < rt * splits) {
+    w.split = item / rt;
+    w.tile = item - w.split * rt;
+    w.j0 = w.split * tiles;
+    w.j1 = min(w.j0 + tiles, static_cast<int>(sp.key_tiles));
+  } else {
+    w.tile = rt + (item - rt * splits);  // a padding row tile (no row with a query)
+    w.j0 = w.j1 = 0;
+  }
+  w.none = w.tile >= sa.row_tiles_T;
+  w.m0 = w.tile * 64;
+  return w;
+}
+
+// The workspace slot of block work w (splits > 1).
+__device__ __forceinline__ float* split_slot(const SplitArgs& sa, const BlockWork& w) {
+  return sa.ws + (static_cast<int64_t>(w.b) * sa.slots_per_req + static_cast<int64_t>(w.split) * w.row_tiles + w.tile) *
+                     sa.slot_floats;
+}
+
 // The two query rows a thread holds in a 16-row band of an m16 (mma.sync) or m64
 // (wgmma, one band per warp) accumulator: band_row0 + lane / 4 and + 8, in the block's
 // tile of rows starting at m0 (m = i*H + h); whether each is a valid row (m < valid_rows

@@ -6,7 +6,9 @@
 //   kdtr::VerifyAttnPlan plan;
 //   verify_attn_plan(p, kdtr::VerifyAttnKernel::Auto, device, &plan);   // pick a kernel
 //   verify_attn_configure(plan);                             // once: shared-memory limit
+//   verify_attn_reserve(&plan);                              // the split-KV workspace
 //   launch_verify_attn(p, plan, stream);                     // enqueue; no sync
+// (verify_attn_choose does the three.)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,6 +31,10 @@ namespace kdtr {
 //         capability 9.0, in a build that has it (CUDA_ARCH holds 90 and the CUTLASS
 //         headers were found: kdtr::verify_attn_have_wgmma()).
 //   Auto: Wgmma where it applies and Dqk > 256, else Mma where it applies, else Simt.
+// Mma and Wgmma split a request's keys across blocks where its rows fill few blocks
+// (split-KV: verify_attn_split in verify_attn.cuh, from the request's own lengths and H
+// only, so a request's results do not depend on the batch) and merge the partial results
+// with a second kernel on the same stream; they need the plan's workspace (below).
 enum class VerifyAttnKernel : int { Auto = 0, Simt = 1, Mma = 2, Wgmma = 3 };
 
 // Whether this build carries the Hopper kernel (VerifyAttnKernel::Wgmma).
@@ -40,6 +46,11 @@ struct VerifyAttnPlan {
   int instance = 0;                                  // internal instance id
   size_t smem_bytes = 0;                             // dynamic shared memory per block
   const char* name = "";                             // e.g. "mma_bf16_dqk576_dv512"
+  // The split-KV workspace: bytes the problem needs (verify_attn_plan; 0 for Simt and for
+  // problems that never split, S <= 256), then the device buffer and its size once
+  // reserved (verify_attn_reserve).
+  size_t workspace_bytes = 0;
+  void* workspace = nullptr;
 };
 
 // Pick the kernel for `p` given the `requested` one on `device`.  Returns
@@ -63,6 +74,16 @@ cudaError_t verify_attn_choose(const VerifyAttnProblem& p, int device, VerifyAtt
 // device and instance: later calls return at once; cached for the process's life, so a
 // process that calls cudaDeviceReset must not launch again).
 cudaError_t verify_attn_configure(const VerifyAttnPlan& plan);
+
+// The plan's split-KV workspace on the current device: a per-device buffer of at least
+// plan->workspace_bytes (cudaMalloc where the one held is smaller: never during stream
+// capture, so call it once eagerly at the largest dims before capturing), shared by every
+// launch on that device -- launches on one device must therefore be ordered (one stream,
+// or events), since concurrent split launches would share it.  Buffers are never freed or
+// moved: a graph captured with one stays valid.  Sets plan->workspace and ->workspace_bytes
+// (the buffer's size); nothing to do where workspace_bytes is 0.  Returns cudaMalloc's
+// error (cudaErrorMemoryAllocation; cudaErrorStreamCaptureUnsupported during capture).
+cudaError_t verify_attn_reserve(VerifyAttnPlan* plan);
 
 // ---------------------------------------------------------------------------------------
 // The device-side length check (docs/binaries.md, "Device-side checks")
@@ -102,8 +123,10 @@ struct DeviceErrorRecord {
 // capture is under way.
 cudaError_t device_errors(int device, bool clear, DeviceErrorRecord* out);
 
-// Enqueue the plan's kernel on `stream` (one launch; B == 0 launches nothing; T * H == 0
-// launches only the length check, one thread per request).  `rule`: the length check's
+// Enqueue the plan's kernel on `stream` (one launch, two for a split kernel whose problem
+// may split: the attention and the combine; B == 0 launches nothing; T * H == 0 launches
+// only the length check, one thread per request).  cudaErrorInvalidValue where the plan's
+// workspace is missing or smaller than p needs.  `rule`: the length check's
 // (above).  Returns the launch error (cudaGetLastError()); does not synchronize, allocate
 // or copy, and is legal during stream capture.
 cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan& plan, cudaStream_t stream,

@@ -151,12 +151,10 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, const FA& a, const FB& b, FC& 
 template <class TmaKV>
 __global__ void __launch_bounds__(kThreads, 1)
     verify_attn_wgmma_kernel(CUTE_GRID_CONSTANT TmaKV const tma_kv, const __grid_constant__ VerifyAttnProblem prm,
-                             int tiles_per_req, VerifyAttnCheck chk) {
+                             SplitArgs sa, VerifyAttnCheck chk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint16_t* __restrict__ q = static_cast<const uint16_t*>(prm.q);
   const uint16_t* __restrict__ kv = static_cast<const uint16_t*>(prm.kv_cache);
-  const int32_t* __restrict__ prefix_len = prm.prefix_len;
-  const int32_t* __restrict__ tree_len = prm.tree_len;
   const uint8_t* __restrict__ vis = prm.visibility;
   const float sm_scale = prm.sm_scale;
   const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), S = static_cast<int>(prm.S);
@@ -167,12 +165,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   SharedStorage& sm = *reinterpret_cast<SharedStorage*>(smem_raw);
 
-  const int b = static_cast<int>(blockIdx.x) / tiles_per_req;
-  const int m0 = (static_cast<int>(blockIdx.x) - b * tiles_per_req) * kBM;
+  // The block's request, row tile and key tiles (split-KV, verify_attn_device.cuh), its
+  // lengths checked first (verify_attn_launch.h): nothing of a failing request is read.
+  const BlockWork work = block_work(sa, prm, chk.rule);
+  if (work.none) return;
+  const int b = work.b, m0 = work.m0;
   const int M = T * H;
-  const int pl = prefix_len[b], tl = tree_len[b];
-  // The lengths first (verify_attn_launch.h): nothing of a failing request is read.
-  const bool ok = length_fault(pl, tl, prm.T, prm.S, chk.rule) == 0;
+  const int pl = work.pl, tl = work.tl;
+  const bool ok = work.ok;
   // (L wraps, unused, where !ok: unsigned, so that no signed overflow is evaluated.)
   const int valid_rows = ok ? tl * H : 0, L = static_cast<int>(static_cast<uint32_t>(pl) + static_cast<uint32_t>(tl));
   const int64_t row_base = static_cast<int64_t>(b) * M;
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = tid & 31, warp_wg = tid_wg >> 5;
   const int dchunks = Dqk >> 3;            // 16-byte chunks of a row
   const int nslab = (Dqk + 63) >> 6;       // slabs that hold key dims
-  const int ntiles = (L + kBN - 1) / kBN;  // >= 1: tl >= 1 here
+  const int j0 = work.j0, j1 = work.j1;  // the split's key tiles (j1 > j0: tl >= 1 here)
   const uint16_t* const q_req = q + row_base * Dqk;
   const uint16_t* const kv_req = kv + static_cast<int64_t>(b) * S * Dqk;
 
@@ -251,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async16(dst, ok ? q_req + static_cast<int64_t>(m0 + row) * Dqk + ch * 8 : q, ok);
   }
   cp_async_commit();
-  load_tile(0, 0);
-  if (ntiles > 1) load_tile(1, 1);
+  load_tile(j0, 0);
+  if (j0 + 1 < j1) load_tile(j0 + 1, 1);
   cp_async_wait_all();  // Q, and a cp.async tail tile among the first two
   fence_async_shared();
   __syncthreads();
@@ -291,12 +291,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint8_t* const* const vrow = rows.vis;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
 
-  for (int j = 0; j < ntiles; ++j) {
-    const int buf = j & 1;
-    const uint32_t phase = static_cast<uint32_t>((j >> 1) & 1);
+  for (int j = j0; j < j1; ++j) {
+    const int jj = j - j0;  // the block's tile count: buffer jj & 1, its barriers' phase (jj / 2) & 1
+    const int buf = jj & 1;
+    const uint32_t phase = static_cast<uint32_t>((jj >> 1) & 1);
     const int p0 = j * kBN;
     const bool tma_tile = p0 + kBN <= L;
-    if (!tma_tile && j >= 2) {  // a cp.async tail tile issued inside the loop
+    if (!tma_tile && jj >= 2) {  // a cp.async tail tile issued inside the loop
       cp_async_wait_all();
       fence_async_shared();
       sync_threads_named(1);
@@ -356,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if KDTR_WGMMA_OVERLAP
     // Both warpgroups are past P V of tile j-1 (it completed with this tile's Q K^T): its
     // buffer takes tile j+1 (tiles 0 and 1 came in the prologue).
-    if (j >= 1 && j + 1 < ntiles) load_tile(j + 1, buf ^ 1);
+    if (jj >= 1 && j + 1 < j1) load_tile(j + 1, buf ^ 1);
 #endif
     // A non-finite raw score anywhere in the block: the tile's non-finite elements become
     // 0 before P V reads it (a key of weight 0 contributes nothing, not 0 * inf).
@@ -411,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #else
     warpgroup_wait<0>();
     sync_threads_named(4);  // both warpgroups done with this buffer and with sP
-    if (j + 2 < ntiles) load_tile(j + 2, buf);
+    if (j + 2 < j1) load_tile(j + 2, buf);
   }
 #endif
 
@@ -426,6 +427,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm.red_sum[wg][rr[1]] = l_run[1];
   }
   __syncthreads();
+  if (work.splits > 1) {  // the partial result: O unnormalised, m and l per row (the combine kernel)
+    float* const slot = split_slot(sa, work);
+    const int col0 = wg * (kDV / 2);
+#pragma unroll
+    for (int i = 0; i < size(rO); i += 2) {
+      const int h = (i >> 1) & 1;
+      const int col = col0 + get<1>(tOcO(i));
+      if (col < d_v)
+        *reinterpret_cast<float2*>(slot + static_cast<int64_t>(rr[h]) * sa.ldo + col) = make_float2(rO(i), rO(i + 1));
+    }
+    if (wg == 0 && (lane & 3) == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        slot[kBM * sa.ldo + rr[h]] = m_run[h];
+        slot[kBM * sa.ldo + kBM + rr[h]] = l_run[h] + sm.red_sum[1][rr[h]];
+      }
+    }
+    return;
+  }
   RowResult res[2];
   float l[2];
 #pragma unroll
@@ -488,14 +508,13 @@ cudaError_t wgmma_configure() {
                               static_cast<int>(kSmemBytes));
 }
 
-cudaError_t launch_wgmma(const VerifyAttnProblem& p, const VerifyAttnCheck& chk, cudaStream_t stream) {
-  const int64_t tiles = (p.T * p.H + kBM - 1) / kBM;
-  if (p.B == 0 || tiles == 0) return cudaSuccess;
-  if (!wgmma_fits(p) || tiles > 0x7fffffffLL / p.B) return cudaErrorInvalidValue;
+cudaError_t launch_wgmma(const VerifyAttnProblem& p, const va_device::SplitArgs& sa, unsigned grid, const VerifyAttnCheck& chk,
+                         cudaStream_t stream) {
+  if (p.B == 0 || grid == 0) return cudaSuccess;
+  if (!wgmma_fits(p)) return cudaErrorInvalidValue;
   const int S = static_cast<int>(p.S), Dqk = static_cast<int>(p.Dqk), B = static_cast<int>(p.B);
   const TmaKV tma = make_kv_tma(p.kv_cache, S, Dqk, B);
-  verify_attn_wgmma_kernel<TmaKV>
-      <<<static_cast<unsigned>(p.B * tiles), kThreads, kSmemBytes, stream>>>(tma, p, static_cast<int>(tiles), chk);
+  verify_attn_wgmma_kernel<TmaKV><<<grid, kThreads, kSmemBytes, stream>>>(tma, p, sa, chk);
   return cudaGetLastError();
 }
 

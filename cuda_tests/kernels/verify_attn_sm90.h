@@ -14,6 +14,9 @@
 
 namespace kdtr {
 struct VerifyAttnCheck;  // verify_attn_device.cuh
+namespace va_device {
+struct SplitArgs;  // verify_attn_device.cuh
+}
 }
 
 namespace kdtr {
@@ -31,8 +34,11 @@ const char* wgmma_name();
 cudaError_t wgmma_configure();
 
 // Enqueue the kernel for `p` (device pointers; each request's lengths checked on the
-// device under chk, verify_attn_launch.h) on `stream`.
-cudaError_t launch_wgmma(const VerifyAttnProblem& p, const VerifyAttnCheck& chk, cudaStream_t stream);
+// device under chk, verify_attn_launch.h) on `stream`: `grid` blocks, B * sa.items_per_req,
+// each with its split-KV work under sa (verify_attn_device.cuh); the combine kernel that
+// merges split results is the caller's.
+cudaError_t launch_wgmma(const VerifyAttnProblem& p, const va_device::SplitArgs& sa, unsigned grid, const VerifyAttnCheck& chk,
+                         cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace kdtr

@@ -239,6 +239,39 @@ def max_abs_score(q: np.ndarray, kv_cache: np.ndarray, prefix_len: np.ndarray, t
     return worst
 
 
+# The split-KV schedule of the tensor-core kernels (docs/ops/verify_attn.md, "Split-KV";
+# verify_attn_split in cuda_tests/kernels/verify_attn.cuh, which this mirrors).
+SPLIT_TARGET_BLOCKS = 128
+SPLIT_MAX_SPLITS = 16
+SPLIT_MIN_TILES = 4
+SPLIT_TILE = 64  # query rows per block, keys per key tile
+
+
+def split_schedule(prefix_len: int, tree_len: int, H: int) -> list[tuple[int, int]]:
+    """The key ranges [start, stop) into which the mma and wgmma CUDA kernels split one
+    request's L = prefix_len + tree_len keys (one block per split and 64 query rows; a
+    combine kernel merges the partial results).
+
+    Depends on the request's own lengths and the head count only, never on the batch or
+    the device. One range [0, L) where the request is not split; [] where L == 0.
+    Raises ValueError for negative lengths or H < 1.
+    """
+    if prefix_len < 0 or tree_len < 0 or H < 1:
+        raise ValueError(f"split_schedule: prefix_len {prefix_len}, tree_len {tree_len}, H {H}")
+    n = SPLIT_TILE
+    L = prefix_len + tree_len
+    row_tiles = -(-tree_len * H // n)
+    key_tiles = -(-L // n)
+    if key_tiles == 0:
+        return []
+    if row_tiles == 0:
+        return [(0, L)]
+    want = min(SPLIT_MAX_SPLITS, -(-SPLIT_TARGET_BLOCKS // row_tiles))
+    tiles = max(SPLIT_MIN_TILES, -(-key_tiles // want))
+    splits = -(-key_tiles // tiles)
+    return [(s * tiles * n, min((s + 1) * tiles * n, L)) for s in range(splits)]
+
+
 def sm_scale_mla(qk_head_dim: int = 192, yarn_factor: float = 64.0) -> float:
     """DeepSeek/Kimi MLA softmax scale: qk_head_dim^-0.5 * mscale^2, mscale = 0.1 ln(factor) + 1."""
     mscale = 0.1 * float(log(float(yarn_factor))) + 1.0 if yarn_factor > 1 else 1.0  # kdtr's log: host-independent
