@@ -76,6 +76,16 @@ CASES = [
          nonfinite=gen.NONFINITE_KINDS),
     Case("dv600_nonfinite_f32", "f32", 7, 5, 2, 640, 600, (30, 64, 2, 3, 66, 0, 0), (5,) * 7,
          nonfinite=gen.NONFINITE_KINDS),
+    # split-KV (docs/ops/verify_attn.md, "Split-KV"; kdtr.ops.verify_attn.split_schedule) of
+    # the mma and wgmma kernels: requests split into 2..16 key ranges beside unsplit ones
+    Case("split_k2_bf16", "bf16", 1, 9, 64, 576, 512, (4096,), (9,)),
+    Case("split_ragged_bf16", "bf16", 5, 9, 2, 72, 64, (256, 0, 1000, 513, 3000), (1, 9, 5, 0, 9)),
+    Case("split_odd_dv_bf16", "bf16", 2, 5, 3, 136, 65, (700, 1800), (5, 2)),
+    Case("split_empty_rows_bf16", "bf16", 1, 300, 1, 64, 64, (0,), (300,), empty_rows=True),
+    Case("split_nonfinite_k2_bf16", "bf16", 7, 9, 64, 576, 512, (1000, 700, 300, 1000, 650, 0, 0), (9,) * 7,
+         nonfinite=gen.NONFINITE_KINDS),
+    Case("split_nonfinite_bf16", "bf16", 7, 3, 2, 64, 64, (1000, 700, 300, 1000, 650, 0, 0), (3,) * 7,
+         nonfinite=gen.NONFINITE_KINDS),
 ]
 
 
@@ -169,14 +179,20 @@ def main() -> int:
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "kdtr_verify_attn"))
     ap.add_argument("--backend", action="append", choices=["cpu", "cuda"])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", action="append", help="run only the cases whose name starts with this (repeatable)")
+    ap.add_argument("--keep", type=Path, help="write each case's input KDTR file into this directory and keep it")
     args = ap.parse_args()
     backends = args.backend or ["cpu", "cuda"]
     failures = 0
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for k, c in enumerate(CASES):
+            if args.only and not any(c.name.startswith(o) for o in args.only):
+                continue
             x = synth(c, args.seed * 1000 + k)
-            golden = tmp / f"{c.name}.kdtr"
+            if args.keep:
+                args.keep.mkdir(parents=True, exist_ok=True)
+            golden = (args.keep or tmp) / f"{c.name}.kdtr"
             kdtr.save(golden, {f"input.{n}": v for n, v in x.items()}, {"op": "verify_attn", "config": c.name})
             ref_out, ref_lse = verify_attn_f64(x["q"], x["kv_cache"], x["prefix_len"], x["tree_len"],
                                                x["visibility"], float(x["sm_scale"]), int(x["d_v"]))
