@@ -750,13 +750,17 @@ __global__ void __launch_bounds__(kThreads)
 // combine: the split-KV merge (verify_attn_device.cuh, SplitArgs)
 // ---------------------------------------------------------------------------------------
 //
-// One block per row tile of each request (gridDim.x = B * row_tiles_T); blocks of requests
-// that did not split (or failed the length check, or of padding tiles) return at once.
-// Row r of the tile, split s: O_s (unnormalised), m_s, l_s.  With M = the NaN-propagating
-// max of the m_s (m_use = 0 where M = -inf) and w_s = exp(m_s - m_use), the row's sum is
-// l = sum_s w_s l_s (in split order) and out = (sum_s w_s O_s) / l, lse = M + log(l): the
-// online softmax's rescaling applied once per split instead of once per tile, decided by
-// finish_row like the unsplit kernels (a NaN m_s or l_s makes l NaN).
+// One block per row tile of each request and 64 value columns (gridDim.x = B *
+// row_tiles_T, gridDim.y = ceil(d_v / 64)); blocks of requests that did not split (or
+// failed the length check, or of padding tiles) return at once.  Row r of the tile, split
+// s: O_s (unnormalised), m_s, l_s.  With M = the NaN-propagating max of the m_s (m_use = 0
+// where M = -inf) and w_s = exp(m_s - m_use), the row's sum is l = sum_s w_s l_s (in split
+// order) and out = (sum_s w_s O_s) / l, lse = M + log(l): the online softmax's rescaling
+// applied once per split instead of once per tile, decided by finish_row like the unsplit
+// kernels (a NaN m_s or l_s makes l NaN).  A thread owns 4 rows x 4 columns and issues the
+// loads of every split before it sums them (a chain of dependent loads per element was
+// latency-bound: 350 us at B = 1, T = 9, prefix 4096).
+constexpr int kCombineCols = 64;
 __global__ void __launch_bounds__(kThreads)
     verify_attn_combine_kernel(const __grid_constant__ VerifyAttnProblem prm, SplitArgs sa, VerifyAttnCheck chk) {
   const int b = static_cast<int>(blockIdx.x) / sa.row_tiles_T;
@@ -775,45 +779,77 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t split_stride = static_cast<int64_t>(rt) * sa.slot_floats;
   const int ml = kBM * sa.ldo;  // m [64] then l [64] after a slot's O
 
-  __shared__ float wgt[kVerifyAttnMaxSplits][kBM];  // w_s per row
-  __shared__ float lsum[kBM];
+  __shared__ float wgt[kVerifyAttnMaxSplits][kBM];  // w_s / l per row
   __shared__ RowResult res[kBM];
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kBM) {
     const int r = tid, m = m0 + r;
     const bool rv = m < valid_rows;
     float mx = neg_inf(), l = 0.0f;
+    float w[kVerifyAttnMaxSplits];
     if (rv) {
-      for (int s = 0; s < splits; ++s) mx = verify_attn_max(mx, slot0[s * split_stride + ml + r]);
+#pragma unroll
+      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+        if (s < splits) mx = verify_attn_max(mx, slot0[s * split_stride + ml + r]);
       const float m_use = mx == neg_inf() ? 0.0f : mx;
-      for (int s = 0; s < splits; ++s) {
-        const float* const sl = slot0 + s * split_stride;
-        const float w = exp2f((sl[ml + r] - m_use) * kLog2e);
-        wgt[s][r] = w;
-        l += w * sl[ml + kBM + r];
-      }
+#pragma unroll
+      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+        if (s < splits) {
+          const float* const sl = slot0 + s * split_stride;
+          w[s] = exp2f((sl[ml + r] - m_use) * kLog2e);
+          l += w[s] * sl[ml + kBM + r];
+        }
     }
     const uint8_t* const vrow = prm.visibility + (static_cast<int64_t>(b) * T + (rv ? m / H : 0)) * T;
-    res[r] = finish_row(l, rv, pl, tl, vrow);
-    lsum[r] = l;
-    if (r < rows) prm.lse[row_base + r] = res[r].nan ? quiet_nan() : res[r].zero ? neg_inf() : mx + logf(l);
+    const RowResult rr = finish_row(l, rv, pl, tl, vrow);
+    res[r] = rr;
+    if (rv && !rr.nan && !rr.zero) {
+#pragma unroll
+      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+        if (s < splits) wgt[s][r] = w[s] / l;
+    }
+    if (blockIdx.y == 0 && r < rows) prm.lse[row_base + r] = rr.nan ? quiet_nan() : rr.zero ? neg_inf() : mx + logf(l);
   }
   __syncthreads();
   float* __restrict__ out = prm.out;
-  for (int idx = tid; idx < rows * d_v; idx += kThreads) {
-    const int r = idx / d_v, c = idx - r * d_v;
+  const int c = static_cast<int>(blockIdx.y) * kCombineCols + 4 * (tid & 15);  // this thread's 4 columns
+  if (c >= d_v) return;
+  const bool vec = (d_v & 3) == 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = 4 * (tid >> 4) + k;
+    if (r >= rows) break;
     const RowResult rr = res[r];
-    float v;
-    if (rr.nan) {
-      v = quiet_nan();
-    } else if (rr.zero) {
-      v = 0.0f;
+    float4 v;
+    if (rr.nan || rr.zero) {
+      const float x = rr.nan ? quiet_nan() : 0.0f;
+      v = make_float4(x, x, x, x);
     } else {
-      float acc = 0.0f;
-      for (int s = 0; s < splits; ++s) acc += wgt[s][r] * slot0[s * split_stride + static_cast<int64_t>(r) * sa.ldo + c];
-      v = acc / lsum[r];
+      float4 part[kVerifyAttnMaxSplits];
+      const float* const src = slot0 + static_cast<int64_t>(r) * sa.ldo + c;
+#pragma unroll
+      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+        if (s < splits) part[s] = __ldcs(reinterpret_cast<const float4*>(src + s * split_stride));
+      v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+        if (s < splits) {
+          const float ws = wgt[s][r];
+          v.x = fmaf(ws, part[s].x, v.x);
+          v.y = fmaf(ws, part[s].y, v.y);
+          v.z = fmaf(ws, part[s].z, v.z);
+          v.w = fmaf(ws, part[s].w, v.w);
+        }
     }
-    out[(row_base + r) * d_v + c] = v;
+    float* const orow = out + (row_base + r) * d_v;
+    if (vec) {
+      *reinterpret_cast<float4*>(orow + c) = v;
+    } else {
+      const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (c + q < d_v) orow[c + q] = e[q];
+    }
   }
 }
 
@@ -1112,6 +1148,8 @@ cudaError_t verify_attn_reserve(VerifyAttnPlan* plan) {
   if (w.bytes < plan->workspace_bytes) {
     void* ptr = nullptr;
     if ((err = cudaMalloc(&ptr, plan->workspace_bytes)) != cudaSuccess) return err;
+    // Zeroed once, so that the combine kernel's vector loads past d_v read defined memory.
+    if ((err = cudaMemset(ptr, 0, plan->workspace_bytes)) != cudaSuccess) return err;
     w.ptr = ptr;  // the smaller one is kept (not freed): a captured graph may use it
     w.bytes = plan->workspace_bytes;
   }
@@ -1213,7 +1251,8 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
       default: return cudaErrorInvalidValue;
     }
     if (err != cudaSuccess || sa.ws == nullptr) return err;
-    verify_attn_combine_kernel<<<static_cast<unsigned>(p.B * lay.row_tiles_T), kThreads, 0, stream>>>(p, sa, chk);
+    const dim3 cgrid(static_cast<unsigned>(p.B * lay.row_tiles_T), static_cast<unsigned>(ceil_div(p.d_v, kCombineCols)));
+    verify_attn_combine_kernel<<<cgrid, kThreads, 0, stream>>>(p, sa, chk);
     return cudaGetLastError();
   }
   const InstanceInfo info = instance_info(plan.instance);

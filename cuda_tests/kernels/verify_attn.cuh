@@ -127,7 +127,12 @@ KDTR_HD inline VerifyAttnSplit verify_attn_split(int64_t prefix_len, int64_t tre
   s.split_tiles = s.key_tiles;
   s.splits = 1;
   if (s.row_tiles == 0 || s.key_tiles == 0) return s;
+#if defined(KDTR_VERIFY_ATTN_SPLIT_WANT_FLOOR)  // (a measurement variant: at most 128 blocks per request)
+  int64_t want = kVerifyAttnSplitTargetBlocks / s.row_tiles;
+  if (want < 1) want = 1;
+#else
   int64_t want = (kVerifyAttnSplitTargetBlocks + s.row_tiles - 1) / s.row_tiles;
+#endif
   if (want > kVerifyAttnMaxSplits) want = kVerifyAttnMaxSplits;
   int64_t tiles = (s.key_tiles + want - 1) / want;
   if (tiles < kVerifyAttnMinSplitTiles) tiles = kVerifyAttnMinSplitTiles;
