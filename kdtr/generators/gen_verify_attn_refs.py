@@ -24,6 +24,13 @@ purpose (``inject_nonfinite``): their expected outputs hold NaN (docs/ops/verify
 and infinities") and their contracts use the NaN policy ``equal``. ``dv_split`` and
 ``dv_split_bf16`` have d_v > 512, which simt splits over gridDim.y (docs/ops/verify_attn.md,
 "Goldens aimed at the kernels' blocks").
+
+The ``split_*`` configurations have the lengths that reach the split-KV paths of the mma and
+wgmma kernels (key ranges of ``kdtr.ops.verify_attn.split_schedule``, listed in SPLIT_RANGES):
+a range of a single key, a range ending at prefix_len, ranges that rows or whole row tiles do
+not see (``split_masks``, ``split_empty_rows``), NaN and infinities in one range
+(SPLIT_NONFINITE_KINDS), and, on the second tier, 16 and 15 ranges at prefix 32768
+(docs/ops/verify_attn.md, "Goldens aimed at the split-KV paths").
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ class Config:
     # per request (cycled): NONFINITE_KINDS / BLOCK_NONFINITE_KINDS entries ("+"-joined) or "" (none)
     nonfinite: tuple[str, ...] = ()
     special: str = ""  # a SPECIAL_KINDS entry: huge_scores | no_visible_key | masked_extremes | finite_padding
-    #                    | late_keys | vis_bytes
+    #                    | late_keys | vis_bytes | split_masks | split_empty_rows
 
 
 CONFIGS: dict[str, Config] = {
@@ -211,6 +218,80 @@ CONFIGS: dict[str, Config] = {
     "dv_split_bf16": Config("dv_split with bf16 inputs (simt_bf16_dvt512 by auto: mma and wgmma take d_v <= 512 "
                             "only, NOT_SUPPORTED), d_v = 520, Dqk=528: the gridDim.y split of the value columns",
                             3038, 2, 3, 1, 528, 520, (2, 4), dtype="bf16"),
+    # Goldens at the lengths that reach the split-KV paths of the mma and wgmma kernels
+    # (docs/ops/verify_attn.md, "Goldens aimed at the split-KV paths"): the key ranges are
+    # kdtr.ops.verify_attn.split_schedule's (verify_attn_split in verify_attn.cuh), listed per
+    # request in SPLIT_RANGES and checked against it by tests/unit/test_gen_verify_attn_splits.py.
+    "split_lengths_bf16": Config("split-KV of the mma kernel (mma_bf16_dqk128_dv128 by auto; wgmma forced; simt "
+                                 "never splits), bf16, H=2, Dqk=72, d_v=64, T=9, one row tile per request: L = 257 "
+                                 "(prefix 256, tree_len 1) and 257 (prefix 255, tree_len 2) split [0,256) [256,257), "
+                                 "a last range of a single key (the root; tree slot 1, which row 0 does not see); "
+                                 "L = 513 splits [0,256) [256,512) [512,513), the single key tree slot 8; tree_len 0 "
+                                 "beside them (prefix 256, no row); L = 201 unsplit (4 tiles); L = 521 (prefix 512) "
+                                 "splits [0,256) [256,512) [512,521), a range ending exactly at prefix_len and one of "
+                                 "tree keys only; last request L == S", 3040, 6, 9, 2, 72, 64,
+                                 (256, 255, 504, 256, 192, 512), dtype="bf16", tree_len=(1, 2, 9, 0, 9, 9)),
+    "split_masked_bf16": Config("split-KV (mma_bf16_dqk128_dv128 by auto; wgmma forced), bf16, H=2, Dqk=72, d_v=65 "
+                                "(odd: the combine's scalar stores, two 64-column combine blocks), T=9: L = 259 split "
+                                "[0,256) [256,259) = tree slots 6..8, which no row sees (columns 6..8 cleared: the "
+                                "whole block's partial of range 1 is m -inf, l 0), every visible score about -188 "
+                                "(an empty range's m written as 0 would underflow every weight); L = 259 with the "
+                                "tree's own masks (range 1 seen by some rows only); L = 521 split [0,256) [256,512) "
+                                "[512,521) with rows 2 and 5 seeing the prefix only (the tree range masked for "
+                                "them); last request L == S", 3041, 3, 9, 2, 72, 65, (250, 250, 512), dtype="bf16",
+                                special="split_masks"),
+    "split_nonfinite_bf16": Config("NaN and infinities in one key range of split-KV (mma_bf16_dqk128_dv128 by auto; "
+                                   "wgmma forced), bf16, H=2, Dqk=72, d_v=64, T=9, every request prefix 512, tree_len "
+                                   "9 split [0,256) [256,512) [512,521): NaN in tree slot 7's key (range 2 only: the "
+                                   "rows that see it NaN, the others finite); NaN in prefix key 384 (range 1 only: "
+                                   "every row NaN); +inf in q of row 1 head 0 with key dim 2 > 0 on range 1 and < 0 "
+                                   "elsewhere (+inf scores in range 1 only, -inf in the others: that row NaN); -inf "
+                                   "in value dim 3 of every key of range 1, then of range 0, q dim 3 > 0 (a range "
+                                   "whose every score is -inf: the rows finite, as if it were absent); +inf in the "
+                                   "last slot's value dim 2 (range 2, masked for the other rows); last request L == S",
+                                   3042, 6, 9, 2, 72, 64, (512,), dtype="bf16",
+                                   nonfinite=("nan_tree_key", "nan_split_key:1", "inf_split_q:1", "neg_inf_split:1",
+                                              "inf_masked_value", "neg_inf_split:0")),
+    "split_empty_rows_bf16": Config("split-KV over several row tiles (mma_bf16_dqk128_dv128 by auto; wgmma forced), "
+                                    "bf16, T=257, H=2 (T * H = 514: 9 row tiles), Dqk=16, d_v=8: prefix 0, tree_len "
+                                    "257 split [0,256) [256,257) with row 3 and rows 32..63 (the whole row tile 1) "
+                                    "seeing no key in any range (out 0, lse -inf from the combine), row 256 seeing "
+                                    "only itself (range 0 masked for it); prefix 120, tree_len 200 (7 row tiles, "
+                                    "the last partial; row tiles 7 and 8 padding) split [0,256) [256,320), row 150 "
+                                    "seeing the prefix only; prefix 143, tree_len 257 split [0,256) [256,400); last "
+                                    "request L == S", 3043, 3, 257, 2, 16, 8, (0, 120, 143), dtype="bf16",
+                                    tree_len=(257, 200, 257), special="split_empty_rows"),
+    "split_k2_bf16": Config("split-KV at the K2 dims (wgmma_bf16_dqk576_dv512 by auto on sm_90; "
+                            "mma_bf16_dqk576_dv512 forced), bf16, T=2, H=64 (row tile 0 = tree row 0, row tile 1 = "
+                            "tree row 1), Dqk=576, d_v=512: prefix 511, tree_len 2, L = 513 split [0,256) [256,512) "
+                            "[512,513): two ranges of four TMA tiles, then a range of one key (tree slot 1, a "
+                            "cp.async tail tile) that row tile 0 does not see at all; L == S", 3044, 1, 2, 64, 576,
+                            512, (511,), dtype="bf16", sm_scale=K2_SCALE),
+    "split_many_bf16": Config("split-KV with the most ranges and more than four tiles per range "
+                              "(mma_bf16_dqk128_dv128 by auto; wgmma forced), bf16, H=2, Dqk=16, d_v=8, T=9: L = "
+                              "4409 (69 tiles) split into 14 ranges of 320 keys (5 tiles: each KV buffer refilled, "
+                              "the wgmma mbarrier parity back at the range's fifth tile), the last 249 keys (4 "
+                              "tiles, the last partial); L = 5120 into 16 ranges of 320 keys, every one full; last "
+                              "request L == S", 3046, 2, 9, 2, 16, 8, (4400, 5111), dtype="bf16"),
+    "split_long_prefix": Config("split-KV at the K2 dims with a long prefix (second tier; wgmma_bf16_dqk576_dv512 by "
+                                "auto on sm_90, mma_bf16_dqk576_dv512 forced), bf16, T=8, H=64, Dqk=576, d_v=512: "
+                                "prefix 32768, tree_len 8 (8 row tiles: the most splits, 16 ranges of 2112 keys = 33 "
+                                "tiles, the last 1096 keys); L == S", 3045, 1, 8, 64, 576, 512, (32768,), dtype="bf16",
+                                sm_scale=K2_SCALE, tier="cache"),
+}
+
+# The key ranges of every request of the split goldens (kdtr.ops.verify_attn.split_schedule
+# of its prefix_len, tree_len and H); [(0, L)] is unsplit, [] no key.
+SPLIT_RANGES: dict[str, tuple[tuple[tuple[int, int], ...], ...]] = {
+    "split_lengths_bf16": (((0, 256), (256, 257)), ((0, 256), (256, 257)), ((0, 256), (256, 512), (512, 513)),
+                           ((0, 256),), ((0, 201),), ((0, 256), (256, 512), (512, 521))),
+    "split_masked_bf16": (((0, 256), (256, 259)), ((0, 256), (256, 259)), ((0, 256), (256, 512), (512, 521))),
+    "split_nonfinite_bf16": (((0, 256), (256, 512), (512, 521)),) * 6,
+    "split_empty_rows_bf16": (((0, 256), (256, 257)), ((0, 256), (256, 320)), ((0, 256), (256, 400))),
+    "split_k2_bf16": (((0, 256), (256, 512), (512, 513)),),
+    "split_many_bf16": (tuple((320 * s, min(320 * (s + 1), 4409)) for s in range(14)),
+                        tuple((320 * s, 320 * (s + 1)) for s in range(16))),
+    "split_long_prefix": (tuple((2112 * s, min(2112 * (s + 1), 32776)) for s in range(16)),),
 }
 
 
@@ -259,6 +340,9 @@ def poison(q: np.ndarray | None, kv: np.ndarray, vis: np.ndarray | None, prefix:
 NONFINITE_KINDS = ("nan_q", "nan_prefix_key", "nan_tree_key", "inf_q", "neg_inf_key", "only_neg_inf", "no_key")
 # Kinds for blocks of valid rows only (inf_scores*): infinite raw scores, none NaN.
 BLOCK_NONFINITE_KINDS = ("neg_inf_value_all", "inf_masked_value")
+# Kinds aimed at one key range of the split-KV schedule (split_nonfinite_bf16), written
+# "kind:s" for range s of split_schedule(prefix_len, tree_len, H).
+SPLIT_NONFINITE_KINDS = ("nan_split_key", "inf_split_q", "neg_inf_split")
 
 
 def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
@@ -287,20 +371,35 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
       its own row sees it) and q dim 2 positive on every row and head [+inf raw scores, none
       NaN: that slot's rows NaN, every other row finite, value dim 2 included].
 
+    Split kinds, ``kind:s`` for key range s = [a, b) of
+    ``kdtr.ops.verify_attn.split_schedule(prefix_len, tree_len, H)`` (the request must split):
+
+    - ``nan_split_key:s``: NaN in value dim 0 of key (a + b) // 2, a prefix key [every row
+      NaN, from range s alone].
+    - ``inf_split_q:s``: +inf in q[r, 1, 0, 2], key dim 2 positive on the keys of range s and
+      negative on every other key [that row and head: +inf scores in range s, -inf in the
+      others: NaN; the rest finite].
+    - ``neg_inf_split:s``: -inf in value dim 3 of every key of range s, q dim 3 positive on
+      every row and head [every raw score of range s is -inf, none NaN: weight 0, the rows
+      finite, as if range s were absent; a row that sees no other key is NaN].
+
     Kinds joined by "+" are applied in turn to the same request (e.g.
     ``neg_inf_value_all+inf_masked_value``).
 
     Args:
         x: the inputs of :func:`synth` (q [B,T,H,Dqk], kv_cache [B,S,Dqk], prefix_len,
             tree_len, visibility [B,T,T] u8, d_v); modified in place.
-        kinds: entries of NONFINITE_KINDS or BLOCK_NONFINITE_KINDS, "+"-joined entries, or "".
+        kinds: entries of NONFINITE_KINDS or BLOCK_NONFINITE_KINDS, of SPLIT_NONFINITE_KINDS
+            with a range (``kind:s``), "+"-joined entries, or "".
 
     Raises:
         ValueError: an unknown kind, or a request that the kind does not fit (naming the
             request, the kind and the field): tree_len < 3 (< 2 for nan_q, inf_q,
             neg_inf_key, neg_inf_value_all, inf_masked_value), prefix_len 0 for
             nan_prefix_key / neg_inf_key / neg_inf_value_all, prefix_len > 0 for
-            only_neg_inf / no_key, Dqk < 4 or d_v < 4.
+            only_neg_inf / no_key, Dqk < 4 or d_v < 4; for a split kind, a request that
+            does not split, a range s it does not have, or (nan_split_key) a middle key
+            that is not a prefix key.
     """
     q, kv, vis = x["q"], x["kv_cache"], x["visibility"]
     _, _, h, dqk = q.shape
@@ -314,8 +413,12 @@ def inject_nonfinite(x: dict[str, np.ndarray], kinds: tuple[str, ...]) -> None:
 def _inject_one(x: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray, vis: np.ndarray, r: int, kind: str, h: int,
                 dqk: int, d_v: int) -> None:
     """One case of :func:`inject_nonfinite` on request r (same arguments and errors)."""
+    if kind.partition(":")[0] in SPLIT_NONFINITE_KINDS:
+        _inject_split(x, q, kv, r, kind, h, dqk, d_v)
+        return
     if kind not in NONFINITE_KINDS + BLOCK_NONFINITE_KINDS:
-        raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS + BLOCK_NONFINITE_KINDS}")
+        raise ValueError(f"nonfinite kind {kind!r} (request {r}) not in {NONFINITE_KINDS + BLOCK_NONFINITE_KINDS}"
+                         f" or {tuple(k + ':s' for k in SPLIT_NONFINITE_KINDS)}")
     pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
     need_tl = 2 if kind in ("nan_q", "inf_q", "neg_inf_key", "neg_inf_value_all", "inf_masked_value") else 3
     if tl < need_tl:
@@ -351,6 +454,31 @@ def _inject_one(x: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray, vis: np
         put(kv, (r, pl + tl - 1, 2), np.inf)
     else:  # no_key
         vis[r, 1, :tl] = 0
+
+
+def _inject_split(x: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray, r: int, kind: str, h: int, dqk: int,
+                  d_v: int) -> None:
+    """A split kind (``kind:s``) of :func:`inject_nonfinite` on request r (same errors)."""
+    base, _, index = kind.partition(":")
+    pl, tl = int(x["prefix_len"][r]), int(x["tree_len"][r])
+    ranges = attn_op.split_schedule(pl, tl, h)
+    if not index.isdigit() or int(index) >= len(ranges) or len(ranges) < 2:
+        raise ValueError(f"request {r}, nonfinite {kind}: needs a range s of the request's split {ranges}")
+    if tl < 2 or dqk < 4 or d_v < 4:
+        raise ValueError(f"request {r}, nonfinite {kind}: tree_len {tl} < 2, or Dqk {dqk} / d_v {d_v} < 4")
+    a, b = ranges[int(index)]
+    if base == "nan_split_key":
+        if (a + b) // 2 >= pl:
+            raise ValueError(f"request {r}, nonfinite {kind}: key {(a + b) // 2} is not a prefix key (prefix {pl})")
+        put(kv, (r, (a + b) // 2, 0), np.nan)
+    elif base == "inf_split_q":
+        mag = np.abs(widen(kv[r, : pl + tl, 2])) + 0.25
+        inside = (np.arange(pl + tl) >= a) & (np.arange(pl + tl) < b)
+        put(kv, (r, slice(0, pl + tl), 2), np.where(inside, mag, -mag))
+        put(q, (r, 1, 0, 2), np.inf)
+    else:  # neg_inf_split
+        put(q, (r, slice(0, tl), slice(None), 3), np.abs(widen(q[r, :tl, :, 3])) + 0.25)
+        put(kv, (r, slice(a, b), 3), -np.inf)
 
 
 def _special_huge_scores(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray, vis: np.ndarray,
@@ -477,7 +605,66 @@ def _special_vis_bytes(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarra
                     sq[i, i] = byte
 
 
+# split_masks (split_masked_bf16), per request: (tree columns cleared in every row, rows that
+# see the prefix only, |q last dim| and key last dim for scores near -q k sm_scale, or None).
+SPLIT_MASKS: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int] | None], ...] = (
+    ((6, 7, 8), (), (40, 40)),  # range 1 (tree slots 6..8) seen by no row; scores about -188
+    ((), (), None),  # the tree's own masks: range 1 seen by some rows only
+    ((), (2, 5), None),  # rows 2 and 5 see the prefix only: the tree range masked for them
+)
+# split_empty_rows (split_empty_rows_bf16), per request: (rows that see no tree key, rows that
+# see only their own slot).
+SPLIT_EMPTY_ROWS: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((3, *range(32, 64)), (256,)),  # prefix 0: row 3 and row tile 1 empty in every range; row 256 in range 1 only
+    ((150,), ()),  # prefix 120: row 150 sees the prefix only
+    ((), ()),
+)
+
+
+def _special_split_masks(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray,
+                         vis: np.ndarray, prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """SPLIT_MASKS applied to the tree masks (inside the valid square: the poison outside it
+    stays 1). A request with scales (c_q, c_k) gets -c_q in q's last dim and +c_k in every
+    key's (a rope dim: not a value, d_v < Dqk): every score is sm_scale (-c_q c_k +- the
+    other dims' sum), about -188 at (40, 40) and Dqk = 72, below -103.3, where f32 exp of the
+    score underflows to 0. A kernel that writes m = 0 (the -inf -> 0 substitute of exp) for a
+    range a row does not see makes every weight of that row underflow in the combine."""
+    if q.shape[0] != len(SPLIT_MASKS):
+        raise ValueError(f"split_masks: batch must be {len(SPLIT_MASKS)}")
+    for r, (cols, rows, scales) in enumerate(SPLIT_MASKS):
+        tl = int(tree_len[r])
+        if max(cols + rows, default=-1) >= tl:
+            raise ValueError(f"split_masks: request {r} needs tree_len > {max(cols + rows)}")
+        for j in cols:
+            vis[r, :tl, j] = 0
+        for i in rows:
+            vis[r, i, :tl] = 0
+        if scales is not None:
+            put(q, (r, ..., -1), -scales[0])
+            put(kv, (r, slice(None), -1), scales[1])
+
+
+def _special_split_empty_rows(cfg: Config, rng: Rng | np.random.Generator, q: np.ndarray, kv: np.ndarray,
+                              vis: np.ndarray, prefix: np.ndarray, tree_len: np.ndarray) -> None:
+    """SPLIT_EMPTY_ROWS applied to the tree masks (inside the valid square): rows cleared
+    (no visible key in any range where prefix_len is 0, the prefix only otherwise) and rows
+    that see only their own slot."""
+    if q.shape[0] != len(SPLIT_EMPTY_ROWS):
+        raise ValueError(f"split_empty_rows: batch must be {len(SPLIT_EMPTY_ROWS)}")
+    for r, (empty, alone) in enumerate(SPLIT_EMPTY_ROWS):
+        tl = int(tree_len[r])
+        if max(empty + alone, default=-1) >= tl:
+            raise ValueError(f"split_empty_rows: request {r} needs tree_len > {max(empty + alone)}")
+        for i in empty:
+            vis[r, i, :tl] = 0
+        for i in alone:
+            vis[r, i, :tl] = 0
+            vis[r, i, i] = 1
+
+
 SPECIAL_KINDS = {
+    "split_masks": _special_split_masks,
+    "split_empty_rows": _special_split_empty_rows,
     "late_keys": _special_late_keys,
     "vis_bytes": _special_vis_bytes,
     "huge_scores": _special_huge_scores,
@@ -501,7 +688,7 @@ def synth(cfg: Config, rng: Rng | np.random.Generator) -> dict[str, np.ndarray]:
     if cfg.special:
         if cfg.special not in SPECIAL_KINDS:
             raise ValueError(f"special {cfg.special!r} not in {tuple(SPECIAL_KINDS)}")
-        if cfg.special in ("huge_scores", "masked_extremes", "late_keys") and cfg.d_v >= cfg.dqk:
+        if cfg.special in ("huge_scores", "masked_extremes", "late_keys", "split_masks") and cfg.d_v >= cfg.dqk:
             raise ValueError(f"{cfg.special}: the last key dim must not be a value dim (d_v < Dqk)")
         fill = SPECIAL_KINDS[cfg.special]
         if fill is not None:
