@@ -4,9 +4,10 @@ reached by at least one committed golden, so a class cannot silently lose its la
 
 Each class is a predicate over one golden (its tensors and metadata); the test lists, per
 class, the goldens that hold it and fails naming every class that none holds. The classes
-are the contracts' own terms: dtypes, lengths at their bounds and at the CUDA kernels' tile
-boundaries (64-key tiles), visibility bytes, non-finite inputs, statuses, score classes
-(-0.0 beside +0.0, positive log-probs, ties), link and token classes.
+are the contracts' own terms: dtypes, lengths at their bounds, at the CUDA kernels' tile
+boundaries (64-key tiles) and at their split-KV ranges (split_schedule), visibility bytes,
+non-finite inputs, statuses, score classes (-0.0 beside +0.0, positive log-probs, ties), link
+and token classes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import kdtr
+from kdtr.ops.verify_attn import split_schedule
 
 Golden = tuple[dict[str, np.ndarray], dict]
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +102,73 @@ def _inf_block(t):
     return False
 
 
+_SPLITS: dict[str, list] = {}
+
+
+def _splits(t, m) -> list[tuple[int, int, int, list[tuple[int, int]], np.ndarray, np.ndarray]]:
+    """The requests that the mma and wgmma kernels split (bf16, Dqk % 8 == 0, Dqk <= 576,
+    d_v <= 512; split_schedule gives two ranges or more): (r, prefix_len, tree_len, ranges,
+    the visible-key mask [tl, L] and the IEEE scaled scores [tl, H, L]), once per golden."""
+    key = m["config"]
+    if key not in _SPLITS:
+        h, dqk, d_v = _dims(t)
+        found = []
+        if _bf16(t) and dqk % 8 == 0 and dqk <= 576 and d_v <= 512:
+            vis, scale = _i(t, "visibility"), float(np.float32(_i(t, "sm_scale")))
+            for r, (pl, tl) in enumerate(zip(_i(t, "prefix_len").tolist(), _i(t, "tree_len").tolist())):
+                ranges = split_schedule(pl, tl, h)
+                if len(ranges) < 2:
+                    continue
+                seen = np.ones((tl, pl + tl), bool)
+                seen[:, pl:] = vis[r, :tl, :tl] != 0
+                q = _i(t, "q")[r, :tl].astype(np.float64)
+                k = _i(t, "kv_cache")[r, : pl + tl].astype(np.float64)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    s = scale * np.einsum("thd,ld->thl", q, k)  # IEEE: 0 * inf = NaN
+                found.append((r, pl, tl, ranges, seen, s))
+        _SPLITS[key] = found
+    return _SPLITS[key]
+
+
+def _split_row_tile_misses_a_range(t, m) -> bool:
+    """A 64-row block (rows m = i H + h) of a split request whose valid rows see no key of one range."""
+    h = _dims(t)[0]
+    for _, _, tl, ranges, seen, _ in _splits(t, m):
+        rows = np.repeat(seen, h, axis=0)
+        for m0 in range(0, tl * h, 64):
+            if any(not rows[m0 : m0 + 64, a:b].any() for a, b in ranges):
+                return True
+    return False
+
+
+def _split_rows(t, m, test) -> bool:
+    """test(seen [L], scores [L], ranges) for some row and head of a split request."""
+    return any(test(seen[i], s[i, hh], ranges)
+               for _, _, tl, ranges, seen, s in _splits(t, m) for i in range(tl) for hh in range(s.shape[1]))
+
+
+def _one_range(cls):
+    """A row whose visible scores of class ``cls`` (np.isnan, np.isposinf) lie in exactly one range."""
+    return lambda t, m: _split_rows(t, m, lambda seen, s, ranges: sum(
+        bool((cls(s[a:b]) & seen[a:b]).any()) for a, b in ranges) == 1)
+
+
+def _finite_row_with_a_neg_inf_range(seen, s, ranges) -> bool:
+    vis = s[seen]
+    if not vis.size or np.isnan(vis).any() or np.isposinf(vis).any() or not np.isfinite(vis).any():
+        return False
+    return any(seen[a:b].any() and np.isneginf(s[a:b][seen[a:b]]).all() for a, b in ranges)
+
+
+def _split_batch_mixed(t, m) -> bool:
+    """Requests that split, one that does not (tree_len > 0) and one of tree_len 0, in one batch."""
+    if not _splits(t, m):
+        return False
+    h = _dims(t)[0]
+    tl, pl = _i(t, "tree_len").tolist(), _i(t, "prefix_len").tolist()
+    return 0 in tl and any(n > 0 and len(split_schedule(p, n, h)) == 1 for p, n in zip(pl, tl))
+
+
 def _finite_padding_q(t):
     q = _i(t, "q").astype(np.float64)
     return any(int(tl) < q.shape[1] and np.isfinite(q[r, int(tl):]).all() for r, tl in enumerate(_i(t, "tree_len")))
@@ -139,6 +208,27 @@ VERIFY_ATTN: dict[str, Callable[[dict, dict], bool]] = {
     "+-inf raw scores in a 64-row block of valid rows, no NaN raw score": lambda t, m: _inf_block(t),
     "d_v > 512 (simt: value columns split over gridDim.y)": lambda t, m: _dims(t)[2] > 512,
     "|lse| beyond float64 exp's range (> 745)": lambda t, m: (np.abs(_e(t, "lse")[np.isfinite(_e(t, "lse"))]) > 745).any(),  # noqa: E501
+    # split-KV of the mma and wgmma kernels (kdtr.ops.verify_attn.split_schedule)
+    "split-KV: a range of a single key": lambda t, m: any(rg[-1][1] - rg[-1][0] == 1 for _, _, _, rg, _, _ in _splits(t, m)),  # noqa: E501
+    "split-KV: a range ending at prefix_len": lambda t, m: any(
+        b == pl for _, pl, _, rg, _, _ in _splits(t, m) for _, b in rg[:-1]),
+    "split-KV: 16 ranges (the most)": lambda t, m: any(len(rg) == 16 for _, _, _, rg, _, _ in _splits(t, m)),
+    "split-KV: more than 4 tiles per range": lambda t, m: any(rg[0][1] > 256 for _, _, _, rg, _, _ in _splits(t, m)),
+    "split-KV: 2 or more row tiles": lambda t, m: any(tl * _dims(t)[0] > 64 for _, _, tl, _, _, _ in _splits(t, m)),
+    "split-KV: K2 dims": lambda t, m: _k2(t) and bool(_splits(t, m)),
+    "split-KV: d_v % 4 != 0 (the combine's scalar stores)": lambda t, m: _dims(t)[2] % 4 != 0 and bool(_splits(t, m)),
+    "split-KV: a 64-row block that sees no key of a range": _split_row_tile_misses_a_range,
+    "split-KV: a row that sees keys, none of one range": lambda t, m: _split_rows(t, m, lambda seen, s, rg: (
+        seen.any() and any(not seen[a:b].any() for a, b in rg))),
+    "split-KV: a row with no visible key in any range": lambda t, m: _split_rows(
+        t, m, lambda seen, s, rg: not seen.any()),
+    "split-KV: visible scores all < -104 (f32 exp underflow) and a range not seen": lambda t, m: _split_rows(
+        t, m, lambda seen, s, rg: seen.any() and (s[seen] < -104).all() and any(not seen[a:b].any() for a, b in rg)),
+    "split-KV: NaN visible scores in one range only": _one_range(np.isnan),
+    "split-KV: +inf visible scores in one range only": _one_range(np.isposinf),
+    "split-KV: a finite row whose visible scores of one range are all -inf": lambda t, m: _split_rows(
+        t, m, _finite_row_with_a_neg_inf_range),
+    "split-KV: split, unsplit and tree_len 0 requests in one batch": _split_batch_mixed,
 }
 
 
@@ -334,6 +424,8 @@ def test_a_class_that_loses_its_last_golden_fails(reached):
                     ("tree_accept", "two children of the current slot carry the prediction"),
                     ("greedy_step", "bf16, L > 128 (3+ key tiles)"),
                     ("verify_attn", "+-inf raw scores in a 64-row block of valid rows, no NaN raw score"),
+                    ("verify_attn", "split-KV: a range of a single key"),
+                    ("verify_attn", "split-KV: +inf visible scores in one range only"),
                     ("tree_build",
                      "depth_limit * K > 256 with two defects in one thread's stripe, the lower status first")):
         holding = set(reached[op][cls])
