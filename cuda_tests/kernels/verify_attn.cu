@@ -750,21 +750,25 @@ __global__ void __launch_bounds__(kThreads)
 // combine: the split-KV merge (verify_attn_device.cuh, SplitArgs)
 // ---------------------------------------------------------------------------------------
 //
-// One block per row tile of each request and 64 value columns (gridDim.x = B *
-// row_tiles_T, gridDim.y = ceil(d_v / 64)); blocks of requests that did not split (or
+// One block per 16 rows of a row tile of each request and 64 value columns (gridDim.x =
+// B * row_tiles_T * 4, gridDim.y = ceil(d_v / 64)); blocks of requests that did not split (or
 // failed the length check, or of padding tiles) return at once.  Row r of the tile, split
 // s: O_s (unnormalised), m_s, l_s.  With M = the NaN-propagating max of the m_s (m_use = 0
 // where M = -inf) and w_s = exp(m_s - m_use), the row's sum is l = sum_s w_s l_s (in split
 // order) and out = (sum_s w_s O_s) / l, lse = M + log(l): the online softmax's rescaling
 // applied once per split instead of once per tile, decided by finish_row like the unsplit
-// kernels (a NaN m_s or l_s makes l NaN).  A thread owns 4 rows x 4 columns and issues the
+// kernels (a NaN m_s or l_s makes l NaN).  A thread owns 1 row x 4 columns and issues the
 // loads of every split before it sums them (a chain of dependent loads per element was
-// latency-bound: 350 us at B = 1, T = 9, prefix 4096).
+// latency-bound: 350 us at B = 1, T = 9, prefix 4096; 4 rows per thread and a block per row
+// tile, 23 us).
 constexpr int kCombineCols = 64;
+constexpr int kCombineRows = 16;  // rows per block: kThreads / (kCombineCols / 4)
 __global__ void __launch_bounds__(kThreads)
     verify_attn_combine_kernel(const __grid_constant__ VerifyAttnProblem prm, SplitArgs sa, VerifyAttnCheck chk) {
-  const int b = static_cast<int>(blockIdx.x) / sa.row_tiles_T;
-  const int tile = static_cast<int>(blockIdx.x) - b * sa.row_tiles_T;
+  constexpr int kQuarters = kBM / kCombineRows;
+  const int b = static_cast<int>(blockIdx.x) / (sa.row_tiles_T * kQuarters);
+  const int tq = static_cast<int>(blockIdx.x) - b * sa.row_tiles_T * kQuarters;
+  const int tile = tq / kQuarters, r0 = (tq - tile * kQuarters) * kCombineRows;  // rows [r0, r0 + 16) of the tile
   const int pl = prm.prefix_len[b], tl = prm.tree_len[b];
   if (sa.ws == nullptr || length_fault(pl, tl, prm.T, prm.S, chk.rule) != 0) return;
   const VerifyAttnSplit sp = verify_attn_split(pl, tl, prm.H);
@@ -779,11 +783,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t split_stride = static_cast<int64_t>(rt) * sa.slot_floats;
   const int ml = kBM * sa.ldo;  // m [64] then l [64] after a slot's O
 
-  __shared__ float wgt[kVerifyAttnMaxSplits][kBM];  // w_s / l per row
-  __shared__ RowResult res[kBM];
+  __shared__ float wgt[kVerifyAttnMaxSplits][kCombineRows];  // w_s / l per row
+  __shared__ RowResult res[kCombineRows];
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid < kBM) {
-    const int r = tid, m = m0 + r;
+  if (tid < kCombineRows) {
+    const int r = r0 + tid, m = m0 + r;
     const bool rv = m < valid_rows;
     float mx = neg_inf(), l = 0.0f;
     float w[kVerifyAttnMaxSplits];
@@ -802,11 +806,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     const uint8_t* const vrow = prm.visibility + (static_cast<int64_t>(b) * T + (rv ? m / H : 0)) * T;
     const RowResult rr = finish_row(l, rv, pl, tl, vrow);
-    res[r] = rr;
+    res[tid] = rr;
     if (rv && !rr.nan && !rr.zero) {
 #pragma unroll
       for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
-        if (s < splits) wgt[s][r] = w[s] / l;
+        if (s < splits) wgt[s][tid] = w[s] / l;
     }
     if (blockIdx.y == 0 && r < rows) prm.lse[row_base + r] = rr.nan ? quiet_nan() : rr.zero ? neg_inf() : mx + logf(l);
   }
@@ -815,11 +819,10 @@ __global__ void __launch_bounds__(kThreads)
   const int c = static_cast<int>(blockIdx.y) * kCombineCols + 4 * (tid & 15);  // this thread's 4 columns
   if (c >= d_v) return;
   const bool vec = (d_v & 3) == 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int r = 4 * (tid >> 4) + k;
-    if (r >= rows) break;
-    const RowResult rr = res[r];
+  {
+    const int k = tid >> 4, r = r0 + k;  // this thread's row: k of the block's 16
+    if (r >= rows) return;
+    const RowResult rr = res[k];
     float4 v;
     if (rr.nan || rr.zero) {
       const float x = rr.nan ? quiet_nan() : 0.0f;
@@ -834,7 +837,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
         if (s < splits) {
-          const float ws = wgt[s][r];
+          const float ws = wgt[s][k];
           v.x = fmaf(ws, part[s].x, v.x);
           v.y = fmaf(ws, part[s].y, v.y);
           v.z = fmaf(ws, part[s].z, v.z);
@@ -1251,7 +1254,8 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
       default: return cudaErrorInvalidValue;
     }
     if (err != cudaSuccess || sa.ws == nullptr) return err;
-    const dim3 cgrid(static_cast<unsigned>(p.B * lay.row_tiles_T), static_cast<unsigned>(ceil_div(p.d_v, kCombineCols)));
+    const dim3 cgrid(static_cast<unsigned>(p.B * lay.row_tiles_T * (kBM / kCombineRows)),
+                     static_cast<unsigned>(ceil_div(p.d_v, kCombineCols)));
     verify_attn_combine_kernel<<<cgrid, kThreads, 0, stream>>>(p, sa, chk);
     return cudaGetLastError();
   }
