@@ -1002,7 +1002,8 @@ SplitLayout split_layout(const VerifyAttnProblem& p) {
   s.items_per_req = s.row_tiles_T;
   const int64_t by_keys = ceil_div(ceil_div(p.S, kBN), kVerifyAttnMinSplitTiles);
   for (int64_t rt = 1; rt <= s.row_tiles_T && rt < kVerifyAttnSplitTargetBlocks; ++rt) {
-    const int64_t splits = std::min(std::min(ceil_div(kVerifyAttnSplitTargetBlocks, rt), kVerifyAttnMaxSplits), by_keys);
+    const int64_t splits =
+        std::min(std::min(ceil_div(kVerifyAttnSplitTargetBlocks, rt), kVerifyAttnMaxSplits), by_keys);
     if (splits <= 1) continue;
     s.slots_per_req = std::max(s.slots_per_req, rt * splits);
     s.items_per_req = std::max(s.items_per_req, rt * splits + s.row_tiles_T - rt);

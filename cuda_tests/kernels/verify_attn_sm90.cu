@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7, tid_wg = tid & 127;
   const int lane = tid & 31, warp_wg = tid_wg >> 5;
-  const int dchunks = Dqk >> 3;            // 16-byte chunks of a row
-  const int nslab = (Dqk + 63) >> 6;       // slabs that hold key dims
+  const int dchunks = Dqk >> 3;          // 16-byte chunks of a row
+  const int nslab = (Dqk + 63) >> 6;     // slabs that hold key dims
   const int j0 = work.j0, j1 = work.j1;  // the split's key tiles (j1 > j0: tl >= 1 here)
   const uint16_t* const q_req = q + row_base * Dqk;
   const uint16_t* const kv_req = kv + static_cast<int64_t>(b) * S * Dqk;
@@ -508,8 +508,8 @@ cudaError_t wgmma_configure() {
                               static_cast<int>(kSmemBytes));
 }
 
-cudaError_t launch_wgmma(const VerifyAttnProblem& p, const va_device::SplitArgs& sa, unsigned grid, const VerifyAttnCheck& chk,
-                         cudaStream_t stream) {
+cudaError_t launch_wgmma(const VerifyAttnProblem& p, const va_device::SplitArgs& sa, unsigned grid,
+                         const VerifyAttnCheck& chk, cudaStream_t stream) {
   if (p.B == 0 || grid == 0) return cudaSuccess;
   if (!wgmma_fits(p)) return cudaErrorInvalidValue;
   const int S = static_cast<int>(p.S), Dqk = static_cast<int>(p.Dqk), B = static_cast<int>(p.B);

@@ -17,7 +17,7 @@ struct VerifyAttnCheck;  // verify_attn_device.cuh
 namespace va_device {
 struct SplitArgs;  // verify_attn_device.cuh
 }
-}
+}  // namespace kdtr
 
 namespace kdtr {
 namespace sm90 {
@@ -37,8 +37,8 @@ cudaError_t wgmma_configure();
 // device under chk, verify_attn_launch.h) on `stream`: `grid` blocks, B * sa.items_per_req,
 // each with its split-KV work under sa (verify_attn_device.cuh); the combine kernel that
 // merges split results is the caller's.
-cudaError_t launch_wgmma(const VerifyAttnProblem& p, const va_device::SplitArgs& sa, unsigned grid, const VerifyAttnCheck& chk,
-                         cudaStream_t stream);
+cudaError_t launch_wgmma(const VerifyAttnProblem& p, const va_device::SplitArgs& sa, unsigned grid,
+                         const VerifyAttnCheck& chk, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace kdtr
