@@ -43,6 +43,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -1023,6 +1024,18 @@ struct Workspace {
   size_t bytes = 0;
 };
 std::vector<Workspace> g_workspaces;
+std::vector<void*> g_outgrown;  // buffers replaced by larger ones, kept until exit
+
+// At exit (registered after the CUDA runtime's own handler, so it runs first): every
+// workspace freed, so that compute-sanitizer's leak check sees none.
+void free_workspaces() {
+  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  for (Workspace& w : g_workspaces)
+    if (w.ptr != nullptr) (void)cudaFree(w.ptr);
+  for (void* p : g_outgrown) (void)cudaFree(p);
+  g_workspaces.clear();
+  g_outgrown.clear();
+}
 
 // The Hopper kernel's id when it computes `p` on `device` (compute capability 9.0, a
 // build that has it, enough opt-in shared memory), else 0; a device-query error is
@@ -1154,7 +1167,10 @@ cudaError_t verify_attn_reserve(VerifyAttnPlan* plan) {
     if ((err = cudaMalloc(&ptr, plan->workspace_bytes)) != cudaSuccess) return err;
     // Zeroed once, so that the combine kernel's vector loads past d_v read defined memory.
     if ((err = cudaMemset(ptr, 0, plan->workspace_bytes)) != cudaSuccess) return err;
-    w.ptr = ptr;  // the smaller one is kept (not freed): a captured graph may use it
+    static const bool at_exit = std::atexit(free_workspaces) == 0;
+    (void)at_exit;
+    if (w.ptr != nullptr) g_outgrown.push_back(w.ptr);  // not freed: a captured graph may use it
+    w.ptr = ptr;
     w.bytes = plan->workspace_bytes;
   }
   plan->workspace = w.ptr;
