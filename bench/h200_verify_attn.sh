@@ -11,12 +11,22 @@
 #             run; mma / wgmma exit 3 where they do not apply: NOT_SUPPORTED); the edge-case
 #             check bench/check_verify_attn.py; tests/tools/test_sass_summary.py against a real
 #             cuobjdump and nvcc
-#   bench     bench/bench_verify_attn.py: the K2 table, every kernel, torch SDPA (BENCH_ARGS)
+#   bench     bench/bench_verify_attn.py --k2 --latency (BENCH_ARGS appended), one process, one
+#             set of ceilings: the K2 table (every kernel, stream-launched and graph-replayed,
+#             torch SDPA; target wgmma >= 65%, mma >= 45% of the bf16 matmul ceiling) and the
+#             latency points (B=1, T=9, prefix 4096 <= 15 us; B=1, T=65, prefix 16384 <= 40 us,
+#             each with its roofline bound); about 1 min
 #   sanitize  compute-sanitizer (SANITIZER_TOOLS, default memcheck initcheck) on
 #             kdtr_verify_attn --kernel wgmma and --kernel mma, every bf16 verify_attn golden
 #             (SANITIZER_JOBS at a time, default 4)
-#   sweep     bench/bench_verify_attn.py --sweep (SWEEP_ARGS), its --time-budget set so that
-#             the script ends about KDTR_DEADLINE seconds (default 450) after it started
+#   sweep     bench/bench_verify_attn.py --sweep (SWEEP_ARGS; unset: "--sweep-prefix
+#             1024,4096,16384,32768", 96 points x wgmma, mma, estimated ~195 s on the H200; set
+#             SWEEP_ARGS="" for the full 144-point grid of issue 25, ~275 s), each point's % of
+#             its roofline bound (targets wgmma >= 50%, mma >= 35%), min / median per kernel;
+#             its --time-budget (which counts from the start of the python process) set so
+#             that the script ends about KDTR_DEADLINE seconds (default 450) after it started
+# The issue-25 targets in one device call of about 7 minutes (build ~2 min, bench ~1 min,
+# sweep ~3.5 min): KDTR_STEPS="build bench sweep" KDTR_DEADLINE=500 bash bench/h200_verify_attn.sh
 # Files in $OUT (default ./h200-out): build.log check.log bench.md bench.log sanitizer.log
 # summary.txt; the summary is printed at the end.  KDTR_COMMIT (the commit the working tree
 # is at) is written into bench.md.  Needs python3 with torch, numpy, ml_dtypes, click,
@@ -96,10 +106,13 @@ fi
 
 if has bench; then
   t=$(elapsed)
-  echo "=== K2 table: bench/bench_verify_attn.py ${BENCH_ARGS:-}" >> "$OUT/bench.log"
-  timeout 300 python3 bench/bench_verify_attn.py --bin "$BIN" --out "$OUT/bench.md" ${BENCH_ARGS:-} >> "$OUT/bench.log" 2>&1
-  note "bench (K2) rc=$?: $(( $(elapsed) - t )) s"
-  awk '/^=== K2 table/ { on = 1 } on' "$OUT/bench.log" | grep -E '^\| (dtype|bf16|fp32) |^Not run|^  kernel' | cut -c1-400 | tee -a "$SUM"
+  echo "=== K2 table + latency points: bench/bench_verify_attn.py --k2 --latency ${BENCH_ARGS:-}" >> "$OUT/bench.log"
+  timeout 300 python3 bench/bench_verify_attn.py --k2 --latency --bin "$BIN" --out "$OUT/bench.md" ${BENCH_ARGS:-} \
+    >> "$OUT/bench.log" 2>&1
+  note "bench (K2 + latency) rc=$?: $(( $(elapsed) - t )) s"
+  awk '/^=== K2 table/ { on = 1 } on' "$OUT/bench.log" \
+    | grep -E '^ceilings|^\| (dtype|bf16|fp32|B|1) |^Not run|^Errors|^`[a-z]+`: latency|^  kernel' | cut -c1-400 \
+    | tee -a "$SUM"
 fi
 
 if has sanitize; then
@@ -141,14 +154,17 @@ fi
 if has sweep; then
   t=$(elapsed)
   budget=$(( DEADLINE - t - 15 ))
+  SWEEP_ARGS=${SWEEP_ARGS---sweep-prefix 1024,4096,16384,32768}
   if [ "$budget" -lt 30 ]; then
     note "sweep: skipped, $budget s left before KDTR_DEADLINE=$DEADLINE"
   else
-    echo "=== sweep: bench/bench_verify_attn.py --sweep --time-budget $budget ${SWEEP_ARGS:-}" >> "$OUT/bench.log"
-    timeout $(( budget + 90 )) python3 bench/bench_verify_attn.py --sweep --bin "$BIN" --time-budget "$budget" \
-      --out "$OUT/bench.md" ${SWEEP_ARGS:-} >> "$OUT/bench.log" 2>&1
+    echo "=== sweep: bench/bench_verify_attn.py --sweep --time-budget $budget $SWEEP_ARGS" >> "$OUT/bench.log"
+    timeout $(( budget + 60 )) python3 bench/bench_verify_attn.py --sweep --bin "$BIN" --time-budget "$budget" \
+      --out "$OUT/bench.md" $SWEEP_ARGS >> "$OUT/bench.log" 2>&1
     note "sweep rc=$?: $(( $(elapsed) - t )) s (budget $budget s)"
-    awk '/^=== sweep/ { on = 1 } on' "$OUT/bench.log" | grep -E '^estimated time|^`(wgmma|mma|auto|simt)`|^`--kernel|^Time budget|^Wall time|^Errors' | cut -c1-500 | tee -a "$SUM"
+    awk '/^=== sweep/ { on = 1 } on' "$OUT/bench.log" \
+      | grep -E '^ceilings|^estimated time|^time budget|^`(wgmma|mma|auto|simt)`|^`--kernel|^Time budget|^Wall time|^Errors' \
+      | cut -c1-700 | tee -a "$SUM"
   fi
 fi
 note "total: $(elapsed) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
