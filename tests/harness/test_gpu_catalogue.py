@@ -13,7 +13,7 @@ from kdtr import mutate as mut
 
 # The target kernels (docs/mutation.md, "GPU catalogue"): tree_build's select kernel, heap
 # kernel path and visibility; verify_attn's simt, mma and wgmma kernels; tree_accept's
-# kernel; the host launch code and glue.
+# kernel; the host launch code and glue; verify_attn's split-KV code (mutants/gpu/split.toml).
 KERNELS = ("select", "heap", "visibility", "simt", "mma", "wgmma", "tree_accept", "launch", "split")
 MIN_PER_KERNEL = 12
 GPU_DIR = REPO_ROOT / mut.GPU_CATALOGUE_DIR
