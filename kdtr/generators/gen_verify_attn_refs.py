@@ -248,10 +248,14 @@ CONFIGS: dict[str, Config] = {
                                    "elsewhere (+inf scores in range 1 only, -inf in the others: that row NaN); -inf "
                                    "in value dim 3 of every key of range 1, then of range 0, q dim 3 > 0 (a range "
                                    "whose every score is -inf: the rows finite, as if it were absent); +inf in the "
-                                   "last slot's value dim 2 (range 2, masked for the other rows); last request L == S",
-                                   3042, 6, 9, 2, 72, 64, (512,), dtype="bf16",
+                                   "last slot's value dim 2 (range 2, masked for the other rows); -inf in value dim 3 of every "
+                                   "key of all three ranges (every visible score -inf: each range's partial m -inf, "
+                                   "l 0, and every row NaN, which only the visible-key test tells from an empty "
+                                   "row); last request L == S",
+                                   3042, 7, 9, 2, 72, 64, (512,), dtype="bf16",
                                    nonfinite=("nan_tree_key", "nan_split_key:1", "inf_split_q:1", "neg_inf_split:1",
-                                              "inf_masked_value", "neg_inf_split:0")),
+                                              "inf_masked_value", "neg_inf_split:0",
+                                              "neg_inf_split:0+neg_inf_split:1+neg_inf_split:2")),
     "split_empty_rows_bf16": Config("split-KV over several row tiles (mma_bf16_dqk128_dv128 by auto; wgmma forced), "
                                     "bf16, T=257, H=2 (T * H = 514: 9 row tiles), Dqk=16, d_v=8: prefix 0, tree_len "
                                     "257 split [0,256) [256,257) with row 3 and rows 32..63 (the whole row tile 1) "
@@ -286,7 +290,7 @@ SPLIT_RANGES: dict[str, tuple[tuple[tuple[int, int], ...], ...]] = {
     "split_lengths_bf16": (((0, 256), (256, 257)), ((0, 256), (256, 257)), ((0, 256), (256, 512), (512, 513)),
                            ((0, 256),), ((0, 201),), ((0, 256), (256, 512), (512, 521))),
     "split_masked_bf16": (((0, 256), (256, 259)), ((0, 256), (256, 259)), ((0, 256), (256, 512), (512, 521))),
-    "split_nonfinite_bf16": (((0, 256), (256, 512), (512, 521)),) * 6,
+    "split_nonfinite_bf16": (((0, 256), (256, 512), (512, 521)),) * 7,
     "split_empty_rows_bf16": (((0, 256), (256, 257)), ((0, 256), (256, 320)), ((0, 256), (256, 400))),
     "split_k2_bf16": (((0, 256), (256, 512), (512, 513)),),
     "split_many_bf16": (tuple((320 * s, min(320 * (s + 1), 4409)) for s in range(14)),

@@ -82,7 +82,9 @@ def split_kernel(x, *, round_p=False, bug=""):
     ``slot_mixup`` (the combine reads range s of row tile t from the slot written for item
     w = s * row_tiles + t taken as range w % splits, row tile w // splits);
     ``four_tiles_per_range`` (a range walks at most 4 tiles, the minimum, from its start);
-    ``combine_15`` (the combine merges 15 ranges at most)."""
+    ``combine_15`` (the combine merges 15 ranges at most); ``combine_no_has_key`` (the combine
+    decides emptiness from l alone: l = 0 gives out 0, lse -inf even where the row sees keys,
+    all of them -inf scores)."""
     q, kv = x["q"], x["kv_cache"]
     b, t, h, dqk = q.shape
     d_v = int(x["d_v"])
@@ -158,6 +160,8 @@ def split_kernel(x, *, round_p=False, bug=""):
             if bug == "combine_no_empty_check" and len(parts) > 1:
                 out[r, :rows], lse[r, :rows] = o_row, lse_row
                 continue
+            if bug == "combine_no_has_key" and len(parts) > 1:
+                has_key = has_key & (lsum != 0)
             nan = has_key & ~(lsum > 0)
             out[r, :rows] = np.where(~has_key[:, None], F32(0), np.where(nan[:, None], F32(np.nan), o_row))
             lse[r, :rows] = np.where(~has_key, F32(-np.inf), np.where(nan, F32(np.nan), lse_row))
@@ -274,6 +278,10 @@ def test_split_nonfinite(goldens):
         kv = x["kv_cache"][r, :521].astype(np.float64)
         bad_keys = ~np.isfinite(kv).all(-1)
         in_range = [bad_keys[a:b].any() for a, b in ranges]
+        if "+" in kind:  # every range: each row sees only -inf scores (l 0 in every partial), NaN
+            assert in_range == [True, True, True] and np.isneginf(s[seen]).all()
+            assert m.any(-1).all() and row_nan[r, :tl].all()
+            continue
         if kind.startswith(("nan_", "neg_inf_split", "inf_masked")):
             assert sum(in_range) == 1, kind  # the non-finite keys lie in one range
         if kind == "nan_tree_key":
@@ -337,6 +345,7 @@ KILLS = {
     "empty_split_nan": tuple(n for n in COMMITTED if n != "split_many_bf16"),  # its rows see every range
     "empty_split_m0": ("split_masked_bf16",),
     "combine_skip_nonfinite": ("split_nonfinite_bf16",),
+    "combine_no_has_key": ("split_nonfinite_bf16",),
     "combine_no_empty_check": ("split_empty_rows_bf16",),
     "slot_mixup": ("split_empty_rows_bf16", "split_k2_bf16"),
 }
