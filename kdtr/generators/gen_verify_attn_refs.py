@@ -275,8 +275,11 @@ CONFIGS: dict[str, Config] = {
                               "(mma_bf16_dqk128_dv128 by auto; wgmma forced), bf16, H=2, Dqk=16, d_v=8, T=9: L = "
                               "4409 (69 tiles) split into 14 ranges of 320 keys (5 tiles: each KV buffer refilled, "
                               "the wgmma mbarrier parity back at the range's fifth tile), the last 249 keys (4 "
-                              "tiles, the last partial); L = 5120 into 16 ranges of 320 keys, every one full; last "
-                              "request L == S", 3046, 2, 9, 2, 16, 8, (4400, 5111), dtype="bf16"),
+                              "tiles, the last partial); L = 4169 (prefix 4160) into 13 ranges of 320 keys and a "
+                              "last one of the 9 tree keys alone: a range that starts at an odd tile (65) with "
+                              "its cp.async tail tile first (the wgmma double buffer and mbarrier parity are "
+                              "counted from the range's start); L = 5120 into 16 ranges of 320 keys, every one "
+                              "full; last request L == S", 3046, 3, 9, 2, 16, 8, (4400, 4160, 5111), dtype="bf16"),
     "split_long_prefix": Config("split-KV at the K2 dims with a long prefix (second tier; wgmma_bf16_dqk576_dv512 by "
                                 "auto on sm_90, mma_bf16_dqk576_dv512 forced), bf16, T=8, H=64, Dqk=576, d_v=512: "
                                 "prefix 32768, tree_len 8 (8 row tiles: the most splits, 16 ranges of 2112 keys = 33 "
@@ -294,6 +297,7 @@ SPLIT_RANGES: dict[str, tuple[tuple[tuple[int, int], ...], ...]] = {
     "split_empty_rows_bf16": (((0, 256), (256, 257)), ((0, 256), (256, 320)), ((0, 256), (256, 400))),
     "split_k2_bf16": (((0, 256), (256, 512), (512, 513)),),
     "split_many_bf16": (tuple((320 * s, min(320 * (s + 1), 4409)) for s in range(14)),
+                        tuple((320 * s, min(320 * (s + 1), 4169)) for s in range(14)),
                         tuple((320 * s, 320 * (s + 1)) for s in range(16))),
     "split_long_prefix": (tuple((2112 * s, min(2112 * (s + 1), 32776)) for s in range(16)),),
 }
