@@ -248,7 +248,8 @@ CONFIGS: dict[str, Config] = {
                                    "elsewhere (+inf scores in range 1 only, -inf in the others: that row NaN); -inf "
                                    "in value dim 3 of every key of range 1, then of range 0, q dim 3 > 0 (a range "
                                    "whose every score is -inf: the rows finite, as if it were absent); +inf in the "
-                                   "last slot's value dim 2 (range 2, masked for the other rows); -inf in value dim 3 of every "
+                                   "last slot's value dim 2 (range 2, masked for the other rows); "
+                                   "-inf in value dim 3 of every "
                                    "key of all three ranges (every visible score -inf: each range's partial m -inf, "
                                    "l 0, and every row NaN, which only the visible-key test tells from an empty "
                                    "row); last request L == S",

@@ -157,12 +157,13 @@ def margins(logits: np.ndarray) -> np.ndarray:
     return top2[..., 1] - top2[..., 0]
 
 
-def logit_error_bound(model: TinyMLA, cache_rows: np.ndarray) -> float:
-    """How far a correct bf16 kernel can move one logit: OUT_REL_ERROR * max |value| (the
-    first d_v dims of ``cache_rows``) per element of out, through |w_o @ w_lm| (max over the
-    vocabulary of the column's absolute sum), plus 1e-5 for the float32 projections."""
+def logit_error_bound(model: TinyMLA) -> float:
+    """How far a correct bf16 kernel can move one logit: OUT_REL_ERROR * max |value| per
+    element of out (the values: the first d_v dims of c(t), over every token t of the
+    vocabulary, which is every latent KV row the decode can hold), through |w_o @ w_lm| (the
+    largest column sum of its absolute values), plus 1e-5 for the float32 projections."""
     d = model.dims
-    vmax = float(np.abs(widen(cache_rows)[..., : d["d_v"]]).max(initial=0.0))
+    vmax = float(np.abs(widen(project(model, np.arange(d["V"]))[1])[:, : d["d_v"]]).max())
     m = fixed_point_product(widen(model.w_o).reshape(-1, d["E"]), widen(model.w_lm))  # exact
     return OUT_REL_ERROR * vmax * float(np.abs(m).sum(axis=0).max()) + 1e-5
 

@@ -51,7 +51,7 @@ def test_speculative_equals_greedy(runs, seed, mode):
         assert n == int(g.n[i]) == PROMPT_LENS[i] - 1 + len(st.emitted[i])
         assert np.array_equal(widen(st.cache[i, :n]), widen(g.cache[i, :n]))
         assert np.isnan(widen(st.cache[i, n:])).all()
-    bound = dm.logit_error_bound(model, st.cache[:, :1])
+    bound = dm.logit_error_bound(model)
     assert min(min(m) for m in st.margins + g.margins) >= dm.MARGIN_FACTOR * bound
 
 
@@ -88,7 +88,7 @@ def test_drafter_rows_are_tree_build_inputs(runs):
 
 def test_planted_bugs_change_an_output(runs):
     _, _, _, _, st, recs = runs[2, "decoy"]
-    out_tol = dm.OUT_REL_ERROR * float(np.abs(widen(st.cache[:, :1])).max())
+    out_tol = dm.OUT_REL_ERROR * float(np.abs(widen(st.cache[:, :1])).max())  # a lower bound of the tolerance
     # tree mask: the tree rows' attention moves far past the tolerance a kernel gets
     _, _, _, _, _, bad = decode(2, "decoy", "tree_mask")
     assert max(float(np.abs(x.attn_out - y.attn_out).max()) for x, y in zip(bad, recs)) > 100 * out_tol
