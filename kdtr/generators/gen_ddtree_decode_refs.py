@@ -80,8 +80,8 @@ def synth(cfg: Config) -> tuple[dict[str, np.ndarray], list[list[int]], int]:
         return np.tile(np.array(row, np.int32), (b, 1))
 
     inputs = {
-        "model.emb": model.emb, "model.w_q": model.w_q, "model.w_kv": model.w_kv, "model.w_o": model.w_o,
-        "model.w_lm": model.w_lm, "draft.emb": drafter.emb, "draft.w_lm": drafter.w_lm,
+        "target_emb": model.emb, "target_w_q": model.w_q, "target_w_kv": model.w_kv, "target_w_o": model.w_o,
+        "target_w_lm": model.w_lm, "draft_emb": drafter.emb, "draft_w_lm": drafter.w_lm,
         "kv_cache": st.cache, "prefix_len": st.n.astype(np.int32), "root_token_ids": st.root.astype(np.int64),
         "budget": per_step(cfg.budgets, cfg.budget), "depth_limit": per_step(cfg.depth_limits, cfg.depth),
         "draft_depth": np.array(cfg.depth, np.int32), "draft_top_k": np.array(cfg.top_k, np.int32),

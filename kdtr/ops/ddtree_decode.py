@@ -18,16 +18,16 @@ from ..contract import Contract
 from . import OpSpec, TensorSpec, exact
 from .ddtree_model import OUT_REL_ERROR, BigramDrafter, DecodeState, StepRecord, TinyMLA, ddtree_step, project
 
-WEIGHTS = (("model.emb", ("V", "E")), ("model.w_q", ("E", "H", "Dqk")), ("model.w_kv", ("E", "Dqk")),
-           ("model.w_o", ("H", "Dv", "E")), ("model.w_lm", ("E", "V")), ("draft.emb", ("V", "E")),
-           ("draft.w_lm", ("E", "V")))
+WEIGHTS = (("target_emb", ("V", "E")), ("target_w_q", ("E", "H", "Dqk")), ("target_w_kv", ("E", "Dqk")),
+           ("target_w_o", ("H", "Dv", "E")), ("target_w_lm", ("E", "V")), ("draft_emb", ("V", "E")),
+           ("draft_w_lm", ("E", "V")))
 
 
 def models(inputs: Mapping[str, np.ndarray]) -> tuple[TinyMLA, BigramDrafter]:
     """The target and the drafter of a golden's inputs, checked (ValueError naming the weight)."""
-    model = TinyMLA(*(np.asarray(inputs[f"model.{n}"]) for n in ("emb", "w_q", "w_kv", "w_o", "w_lm")),
+    model = TinyMLA(*(np.asarray(inputs[f"target_{n}"]) for n in ("emb", "w_q", "w_kv", "w_o", "w_lm")),
                     float(to_float32(float(inputs["sm_scale"]))))
-    drafter = BigramDrafter(np.asarray(inputs["draft.emb"]), np.asarray(inputs["draft.w_lm"]))
+    drafter = BigramDrafter(np.asarray(inputs["draft_emb"]), np.asarray(inputs["draft_w_lm"]))
     model.check()
     drafter.check(model.dims["V"])
     return model, drafter

@@ -90,7 +90,7 @@ class TinyMLA:
         want = {"emb": (d["V"], d["E"]), "w_q": (d["E"], d["H"], d["Dqk"]), "w_kv": (d["E"], d["Dqk"]),
                 "w_o": (d["H"], d["d_v"], d["E"]), "w_lm": (d["E"], d["V"])}
         for name, shape in want.items():
-            check_weight(f"model.{name}", getattr(self, name), shape)
+            check_weight(f"target_{name}", getattr(self, name), shape)
         if not 1 <= d["d_v"] <= d["Dqk"]:
             raise ValueError(f"model.w_o: d_v {d['d_v']} outside [1, Dqk = {d['Dqk']}]")
 
@@ -105,8 +105,8 @@ class BigramDrafter:
     def check(self, vocab: int) -> None:
         """Raises ValueError (naming the weight) on a shape, dtype or value outside the rules."""
         e = self.emb.shape[1] if self.emb.ndim == 2 else -1
-        check_weight("draft.emb", self.emb, (vocab, e))
-        check_weight("draft.w_lm", self.w_lm, (e, vocab))
+        check_weight("draft_emb", self.emb, (vocab, e))
+        check_weight("draft_w_lm", self.w_lm, (e, vocab))
 
 
 def check_weight(name: str, w: np.ndarray, shape: tuple[int, ...]) -> None:

@@ -99,7 +99,7 @@ def test_a_seed_below_the_margin_rule_fails_generation(goldens, monkeypatch):
     ("draft_top_k", np.array(0, np.int32), "draft_top_k: 0 outside"),
     ("draft_depth", np.array(0, np.int32), "draft_depth: 0 < 1"),
     ("kv_cache", np.zeros((3, 90, 24), np.float32), "kv_cache: must be bf16"),
-    ("model.w_kv", round_to(np.full((32, 24), 0.3), ml_dtypes.bfloat16), "model.w_kv: values must be multiples"),
+    ("target_w_kv", round_to(np.full((32, 24), 0.3), ml_dtypes.bfloat16), "target_w_kv: values must be multiples"),
 ])
 def test_bad_inputs_name_the_tensor(goldens, field, value, msg):
     x = dict(inputs_of(goldens["chain"][0]), **{field: value})

@@ -135,8 +135,8 @@ def _bf16(a):
     (_bf16(np.full((4, 2), 1 / 128)), (4, 2), "multiples of 2\\^-6"),
 ])
 def test_bad_weights_are_named(value, shape, msg):
-    with pytest.raises(ValueError, match=f"model.w_kv: {msg}" if "shape" in msg or "dtype" in msg else msg):
-        dm.check_weight("model.w_kv", value, shape)
+    with pytest.raises(ValueError, match=f"target_w_kv: {msg}" if "shape" in msg or "dtype" in msg else msg):
+        dm.check_weight("target_w_kv", value, shape)
 
 
 def test_bad_prompts_and_short_caches():
