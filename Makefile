@@ -27,7 +27,7 @@
 # includes kernels/<op>.cuh) and cuda_tests/kernels/<op>.cu (the __global__ kernel and its
 # host launcher, compiled by nvcc only).
 
-OPS := tree_accept tree_build verify_attn greedy_step
+OPS := tree_accept tree_build verify_attn greedy_step ddtree_decode
 
 BUILD     ?= build
 CUDA_ARCH ?= 90
@@ -218,6 +218,7 @@ CPU_CORES_tree_build  := tree_build
 CPU_CORES_verify_attn := verify_attn
 CPU_CORES_greedy_step := greedy_step tree_build verify_attn tree_accept
 MAIN_EXTRA_greedy_step := $(OBJ)/greedy_step_chain.o
+CPU_CORES_ddtree_decode := ddtree_decode tree_build verify_attn tree_accept
 bin_objs = $(OBJ)/test_$(1).o $(foreach c,$(CPU_CORES_$(1)),$(OBJ)/cpu_$(c).o) $(MAIN_EXTRA_$(1))
 
 # Host code (mains, CPU cores): as C++ in both builds; in the CUDA build by nvcc -x c++
@@ -233,6 +234,11 @@ $(OBJ)/test_%.o: cuda_tests/tests/test_%.cu $(CONFIG_STAMP) | $(OBJ)
 
 $(OBJ)/cpu_%.o: cuda_tests/cpu/%.cpp $(CONFIG_STAMP) | $(OBJ)
 	$(HOST_CXX) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@
+
+# ddtree_decode's core computes kdtr.detmath's float64 exp, log and sums bit for bit: no FMA
+# contraction (g++ contracts a * b + c by default where the target has FMA, as arm64 does).
+FP_STRICT := $(if $(filter cuda,$(VARIANT)),-Xcompiler=-ffp-contract=off,-ffp-contract=off)
+$(OBJ)/cpu_ddtree_decode.o $(OBJ)/pic/cpu_ddtree_decode.o: HOST_CXX += $(FP_STRICT)
 
 $(OBJ)/greedy_step_chain.o: cuda_tests/tests/greedy_step_chain.cpp $(CONFIG_STAMP) | $(OBJ)
 	$(HOST_CXX) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@

@@ -21,7 +21,8 @@ request's outputs may depend on its own inputs only (docs/ops/<op>.md, "Invarian
 
 Dims. Every input of an op whose first dim is ``B`` is per request (its row, without the
 ``B`` dim, is one of the request's :attr:`Request.arrays`); a 0-d input (``sm_scale``,
-``d_v``) is batch-level (:attr:`Request.scalars`). ``T`` (tree slots) and ``S`` (cache
+``d_v``) and any other input without a leading ``B`` (ddtree_decode's weights) is
+batch-level (:attr:`Request.scalars`, compared bit for bit). ``T`` (tree slots) and ``S`` (cache
 rows) may differ between requests and are padded; every other named dim (``D``, ``K``,
 ``H``, ``Dqk``) must agree. tree_build's T is metadata ``max_budget`` + 1 (no input has a T
 dim); a batch at T writes ``max_budget = T - 1``.
@@ -73,6 +74,7 @@ _PADDING_FILL: dict[str, tuple[tuple[str, int], ...]] = {
                     ("target_predict", -1)),
     "greedy_step": (("top_token_ids", -1), ("root_token_ids", -1), ("budget", 0), ("depth_limit", 0),
                     ("prefix_len", 0), ("target_predict", -1)),
+    "ddtree_decode": (("prefix_len", 0), ("root_token_ids", 0), ("budget", 0), ("depth_limit", 0)),
 }
 
 
@@ -167,7 +169,7 @@ def requests(op: str, inputs: Mapping[str, np.ndarray], meta: Mapping[str, Any],
     for s in spec.inputs:
         arr = np.asarray(inputs[s.name])
         scalars[f"dtype.{s.name}"] = name_of_dtype(arr.dtype)
-        if not s.dims:
+        if not s.dims or s.dims[0] != "B":
             scalars[s.name] = np.array(arr, copy=True)
     for d, n in sizes.items():
         if d not in ("B",) + PADDED:
@@ -208,8 +210,10 @@ def padding_request(op: str, like: Request) -> Request:
     verify_attn: prefix_len 0, tree_len 0, q, kv_cache and visibility stale; tree_accept:
     node_count 0, node_token_ids, target_predict, next_token and next_sibling -1;
     greedy_step: tree_build's, plus prefix_len 0 and target_predict -1, q and kv_cache
-    stale. Its own T is 1 (the root slot), its S 0 (verify_attn) or 1 (greedy_step), so
-    every other slot of a batch is stale or poison. These are inputs each op's contract
+    stale; ddtree_decode: prefix_len 0, root token 0, budget and depth_limit 0 in every step
+    (R root-only trees: the target's greedy tokens), kv_cache stale. Its own T is 1 (the
+    root slot), its S 0 (verify_attn), 1 (greedy_step) or R (ddtree_decode), so every other
+    slot of a batch is stale or poison. These are inputs each op's contract
     accepts (docs/ops/<op>.md, "Padding requests"): tree_build validates rows
     d < depth_limit only, so none with depth_limit 0.
 
@@ -220,7 +224,8 @@ def padding_request(op: str, like: Request) -> Request:
     if like.op != op:
         raise ValueError(f"padding_request: like is a {like.op} request, not {op}")
     t = 1
-    s_own = {"verify_attn": 0, "greedy_step": 1}.get(op)
+    # ddtree_decode: R steps of a root-only tree, one committed row each: S = R
+    s_own = {"verify_attn": 0, "greedy_step": 1, "ddtree_decode": like.scalars.get("dim.R", 0)}.get(op)
     by_name = {s.name: s for s in spec.inputs}
     arrays: dict[str, np.ndarray] = {}
     for name, value in _PADDING_FILL[op]:
@@ -311,7 +316,7 @@ def batch(op: str, reqs: Sequence[Request], *, T: int | None = None, S: int | No
     out: dict[str, np.ndarray] = {}
     for sp in spec.inputs:
         dt = DTYPE_BY_NAME[first.scalars[f"dtype.{sp.name}"]].numpy
-        if not sp.dims:
+        if not sp.dims or sp.dims[0] != "B":
             out[sp.name] = np.array(first.scalars[sp.name], dtype=dt, copy=True)
             continue
         shape = tuple(sizes[d] for d in sp.dims)
@@ -338,8 +343,9 @@ def batch(op: str, reqs: Sequence[Request], *, T: int | None = None, S: int | No
 
 
 def live_outputs(op: str, outputs: Mapping[str, np.ndarray], reqs: Sequence[Request]) -> list[dict[str, np.ndarray]]:
-    """Per request (batch row i = ``reqs[i]``), its outputs cut to its own T: what a golden of
-    that request alone would hold (views into ``outputs``).
+    """Per request (batch row i = ``reqs[i]``), its outputs cut to its own T (and its own S, for
+    an output with an S dim: ddtree_decode's final_kv_cache): what a golden of that request
+    alone would hold (views into ``outputs``).
 
     Raises:
         ValueError: an output missing, or with fewer rows than ``reqs``.
@@ -354,7 +360,8 @@ def live_outputs(op: str, outputs: Mapping[str, np.ndarray], reqs: Sequence[Requ
             raise ValueError(f"live_outputs: {sp.name} has shape {list(arr.shape)}, not [{len(reqs)},...]")
         for i, r in enumerate(reqs):
             row = arr[i]
-            idx = tuple(slice(0, r.T) if d == "T" else slice(None) for d in sp.dims[1:])
+            idx = tuple(slice(0, r.T) if d == "T" else slice(0, r.S) if d == "S" and r.S is not None
+                        else slice(None) for d in sp.dims[1:])
             res[i][sp.name] = row[idx]
     return res
 

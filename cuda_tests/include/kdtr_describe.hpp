@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ddtree_decode_params.h"
 #include "greedy_step_params.h"
 #include "tree_accept_params.h"
 #include "tree_build_params.h"
@@ -47,6 +48,7 @@ inline const OpLayout* layout(const std::string& op) {
 #define KDTR_VA(type, name) KDTR_ABI_DESCRIBE_FIELD(kdtr_verify_attn_params, type, name)
 #define KDTR_TA(type, name) KDTR_ABI_DESCRIBE_FIELD(kdtr_tree_accept_params, type, name)
 #define KDTR_GS(type, name) KDTR_ABI_DESCRIBE_FIELD(kdtr_greedy_step_params, type, name)
+#define KDTR_DD(type, name) KDTR_ABI_DESCRIBE_FIELD(kdtr_ddtree_decode_params, type, name)
   static const std::vector<OpLayout> all = {
       {"tree_build",
        "kdtr_tree_build_params",
@@ -72,11 +74,18 @@ inline const OpLayout* layout(const std::string& op) {
        alignof(kdtr_greedy_step_params),
        {KDTR_GREEDY_STEP_PARAMS_FIELDS(KDTR_GS)},
        {KDTR_GREEDY_STEP_KERNEL_NAMES}},
+      {"ddtree_decode",
+       "kdtr_ddtree_decode_params",
+       sizeof(kdtr_ddtree_decode_params),
+       alignof(kdtr_ddtree_decode_params),
+       {KDTR_DDTREE_DECODE_PARAMS_FIELDS(KDTR_DD)},
+       {}},
   };
 #undef KDTR_TB
 #undef KDTR_VA
 #undef KDTR_TA
 #undef KDTR_GS
+#undef KDTR_DD
   for (const OpLayout& l : all)
     if (op == l.op) return &l;
   return nullptr;

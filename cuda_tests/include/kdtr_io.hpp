@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddtree_decode_params.h"
 #include "kdtr.hpp"
 #include "kdtr_cli.hpp"
 #include "kdtr_ops.hpp"
@@ -533,6 +534,35 @@ inline TreeAcceptParams tree_accept_params(const Slots& s, const std::string& ou
   s.bind(p.target_predict, "input.target_predict").bind(p.accepted_count, out + "accepted_count");
   s.bind(p.accepted_path, out + "accepted_path").bind(p.proposed, out + "proposed");
   s.bind(p.status, out + "status").dims({{&p.B, "B"}, {&p.T, "T"}});
+  return p;
+}
+
+// draft_depth, draft_top_k and sm_scale are values (the host's scalar inputs).
+inline DdtreeDecodeParams ddtree_decode_params(const Slots& s, int64_t draft_depth, int64_t draft_top_k,
+                                               float sm_scale) {
+  DdtreeDecodeParams p{};
+  s.bind(p.target_emb, "input.target_emb").bind(p.target_w_q, "input.target_w_q");
+  s.bind(p.target_w_kv, "input.target_w_kv").bind(p.target_w_o, "input.target_w_o");
+  s.bind(p.target_w_lm, "input.target_w_lm").bind(p.draft_emb, "input.draft_emb");
+  s.bind(p.draft_w_lm, "input.draft_w_lm").bind(p.kv_cache, "input.kv_cache");
+  s.bind(p.prefix_len, "input.prefix_len").bind(p.root_token_ids, "input.root_token_ids");
+  s.bind(p.budget, "input.budget").bind(p.depth_limit, "input.depth_limit");
+  s.bind(p.node_count, "node_count").bind(p.top_log_probs, "top_log_probs");
+  s.bind(p.top_token_ids, "top_token_ids").bind(p.accepted_count, "accepted_count");
+  s.bind(p.accepted_path, "accepted_path").bind(p.step_tokens, "step_tokens");
+  s.bind(p.attn_out, "attn_out").bind(p.final_kv_cache, "final_kv_cache").bind(p.cache_len, "cache_len");
+  s.dims({{&p.B, "B"},
+          {&p.R, "R"},
+          {&p.V, "V"},
+          {&p.E, "E"},
+          {&p.H, "H"},
+          {&p.Dqk, "Dqk"},
+          {&p.Dv, "Dv"},
+          {&p.S, "S"},
+          {&p.N, "N"}});
+  p.draft_depth = draft_depth;
+  p.draft_top_k = draft_top_k;
+  p.sm_scale = sm_scale;
   return p;
 }
 

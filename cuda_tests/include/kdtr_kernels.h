@@ -9,7 +9,7 @@
  *                                                              NULL = the legacy default
  *                                                              stream), no synchronization
  *
- * for <op> in tree_build, verify_attn, tree_accept, greedy_step.  Every entry returns
+ * for <op> in tree_build, verify_attn, tree_accept, greedy_step, ddtree_decode.  Every entry returns
  * KDTR_OK (0) or an error code below; kdtr_last_error() then says why (a string owned by
  * the library, valid in the calling thread until its next call of an entry).  A library
  * built without CUDA (`make lib NO_CUDA=1`, or no nvcc) has every *_cuda entry, returning
@@ -49,6 +49,7 @@
 
 #include <stdint.h>
 
+#include "ddtree_decode_params.h"
 #include "greedy_step_params.h"
 #include "tree_accept_params.h"
 #include "tree_build_params.h"
@@ -126,6 +127,12 @@ KDTR_API int kdtr_tree_accept_cpu(kdtr_tree_accept_params* p);
 KDTR_API int kdtr_tree_accept_cuda(kdtr_tree_accept_params* p, void* stream);
 KDTR_API int kdtr_greedy_step_cpu(kdtr_greedy_step_params* p);
 KDTR_API int kdtr_greedy_step_cuda(kdtr_greedy_step_params* p, void* stream);
+/* ddtree_decode (docs/ops/ddtree_decode.md): R DDTree decode steps of a tiny MLA target; the
+ * CPU entry checks the values its core trusts (lengths, ranges, the weights' fixed-point
+ * rule) and returns KDTR_ERR_INVALID_ARGUMENT for a step needing more than S cache rows;
+ * the CUDA entry returns KDTR_ERR_NOT_SUPPORTED (no CUDA implementation yet). */
+KDTR_API int kdtr_ddtree_decode_cpu(kdtr_ddtree_decode_params* p);
+KDTR_API int kdtr_ddtree_decode_cuda(kdtr_ddtree_decode_params* p, void* stream);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddtree_decode_params.h"
 #include "kdtr.hpp"
 #include "tree_accept_params.h"
 #include "tree_build_params.h"
@@ -119,6 +120,46 @@ inline const OpDecl& tree_accept_decl() {
                           {"accepted_path", DType::I32, {"B", "T"}},
                           {"proposed", DType::I64, {"B", "T"}},
                           {"status", DType::I32, {"B"}}}};
+  return op;
+}
+
+// ddtree_decode (docs/ops/ddtree_decode.md): D and K are the scalar inputs draft_depth and
+// draft_top_k, bound by the binary after reading (Inputs::bind).  Its CPU core indexes
+// with int64 throughout.
+inline const OpDecl& ddtree_decode_decl() {
+  static const OpDecl op{"ddtree_decode",
+                         {{{"B"}, kMaxIndexDim},
+                          {{"R"}, kMaxIndexDim},
+                          {{"V"}, kMaxIndexDim},
+                          {{"E"}, kMaxIndexDim},
+                          {{"H"}, kMaxAttnDim},
+                          {{"Dqk"}, kMaxAttnDim},
+                          {{"S"}, kMaxAttnDim}},
+                         {{"input.target_emb", DType::BF16, {"V", "E"}},
+                          {"input.target_w_q", DType::BF16, {"E", "H", "Dqk"}},
+                          {"input.target_w_kv", DType::BF16, {"E", "Dqk"}},
+                          {"input.target_w_o", DType::BF16, {"H", "Dv", "E"}},
+                          {"input.target_w_lm", DType::BF16, {"E", "V"}},
+                          {"input.draft_emb", DType::BF16, {"V", "E"}},
+                          {"input.draft_w_lm", DType::BF16, {"E", "V"}},
+                          {"input.kv_cache", DType::BF16, {"B", "S", "Dqk"}},
+                          {"input.prefix_len", DType::I32, {"B"}},
+                          {"input.root_token_ids", DType::I64, {"B"}},
+                          {"input.budget", DType::I32, {"B", "R"}},
+                          {"input.depth_limit", DType::I32, {"B", "R"}},
+                          {"input.draft_depth", DType::I32, {}},
+                          {"input.draft_top_k", DType::I32, {}},
+                          {"input.sm_scale", DType::F32, {}}},
+                         true,
+                         {{"node_count", DType::I32, {"B", "R"}},
+                          {"top_log_probs", DType::F32, {"B", "R", "D", "K"}},
+                          {"top_token_ids", DType::I64, {"B", "R", "D", "K"}},
+                          {"accepted_count", DType::I32, {"B", "R"}},
+                          {"accepted_path", DType::I32, {"B", "R", "T"}},
+                          {"step_tokens", DType::I64, {"B", "R", "T"}},
+                          {"attn_out", DType::F32, {"B", "R", "T", "H", "Dv"}},
+                          {"final_kv_cache", DType::BF16, {"B", "S", "Dqk"}},
+                          {"cache_len", DType::I32, {"B"}}}};
   return op;
 }
 

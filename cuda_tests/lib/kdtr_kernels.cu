@@ -15,6 +15,7 @@
 #include <new>
 #include <string>
 
+#include "ddtree_decode_params.h"
 #include "greedy_step_params.h"
 #include "kdtr_describe.hpp"
 #include "kdtr_kernels.h"
@@ -367,6 +368,75 @@ int no_cuda(const char* op) {
 }
 #endif
 
+// ddtree_decode: dims, pointers, and the values its CPU core trusts (the binary's input
+// checks, docs/ops/ddtree_decode.md): Dv <= Dqk, draft_depth >= 1, draft_top_k in [1, V],
+// prefix_len in [0, S], root_token_ids in [0, V), budget in [0, N], depth_limit in
+// [0, draft_depth], every weight a multiple of 2^-6 within [-1, 1].
+const DdtreeDecodeParams& ddtree_decode_checked(const kdtr_ddtree_decode_params* c, const char* op) {
+  null_params(op, c);
+  for (const auto& d : {std::make_pair("B", c->B), std::make_pair("R", c->R), std::make_pair("V", c->V),
+                        std::make_pair("E", c->E), std::make_pair("N", c->N)})
+    dim(op, d.first, d.second, kMaxIndexDim - 1);
+  for (const auto& d : {std::make_pair("H", c->H), std::make_pair("Dqk", c->Dqk), std::make_pair("Dv", c->Dv),
+                        std::make_pair("S", c->S)})
+    dim(op, d.first, d.second, kMaxAttnDim);
+  if (c->V < 1 || c->E < 1 || c->H < 1 || c->Dv < 1 || c->Dv > c->Dqk)
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": V, E, H, Dv >= 1 and Dv <= Dqk needed");
+  if (c->draft_depth < 1) fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": draft_depth < 1");
+  if (c->draft_top_k < 1 || c->draft_top_k > c->V)
+    fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": draft_top_k outside [1, V]");
+  const bool b = c->B > 0, br = b && c->R > 0;
+  const std::pair<const char*, const void*> ptrs[] = {{"target_emb", c->target_emb},   {"target_w_q", c->target_w_q},
+                                                      {"target_w_kv", c->target_w_kv}, {"target_w_o", c->target_w_o},
+                                                      {"target_w_lm", c->target_w_lm}, {"draft_emb", c->draft_emb},
+                                                      {"draft_w_lm", c->draft_w_lm}};
+  for (const auto& q : ptrs) ptr(op, q.first, q.second, true);
+  ptr(op, "kv_cache", c->kv_cache, b && c->S > 0);
+  ptr(op, "final_kv_cache", c->final_kv_cache, b && c->S > 0);
+  for (const auto& q : {std::make_pair("prefix_len", static_cast<const void*>(c->prefix_len)),
+                        std::make_pair("root_token_ids", static_cast<const void*>(c->root_token_ids)),
+                        std::make_pair("cache_len", static_cast<const void*>(c->cache_len))})
+    ptr(op, q.first, q.second, b);
+  for (const auto& q : {std::make_pair("budget", static_cast<const void*>(c->budget)),
+                        std::make_pair("depth_limit", static_cast<const void*>(c->depth_limit)),
+                        std::make_pair("node_count", static_cast<const void*>(c->node_count)),
+                        std::make_pair("top_log_probs", static_cast<const void*>(c->top_log_probs)),
+                        std::make_pair("top_token_ids", static_cast<const void*>(c->top_token_ids)),
+                        std::make_pair("accepted_count", static_cast<const void*>(c->accepted_count)),
+                        std::make_pair("accepted_path", static_cast<const void*>(c->accepted_path)),
+                        std::make_pair("step_tokens", static_cast<const void*>(c->step_tokens)),
+                        std::make_pair("attn_out", static_cast<const void*>(c->attn_out))})
+    ptr(op, q.first, q.second, br);
+  const int64_t sizes[] = {c->V * c->E, c->E * c->H * c->Dqk, c->E * c->Dqk, c->H * c->Dv * c->E,
+                           c->E * c->V, c->V * c->E,          c->E * c->V};
+  for (size_t k = 0; k < 7; ++k) {
+    const uint16_t* w = static_cast<const uint16_t*>(ptrs[k].second);
+    for (int64_t i = 0; i < sizes[k]; ++i) {
+      const uint32_t u = static_cast<uint32_t>(w[i]) << 16;
+      float f;
+      std::memcpy(&f, &u, sizeof f);
+      const float scaled = f * 64.0f;
+      if (!(f >= -1.0f && f <= 1.0f) || scaled != static_cast<float>(static_cast<int>(scaled)))
+        fail(KDTR_ERR_INVALID_ARGUMENT, std::string(op) + ": " + ptrs[k].first + " element " + std::to_string(i) +
+                                            " is not a multiple of 2^-6 within [-1, 1]");
+    }
+  }
+  for (int64_t r = 0; r < c->B; ++r) {
+    const std::string req = std::string(op) + ": request " + std::to_string(r) + ": ";
+    if (c->prefix_len[r] < 0 || c->prefix_len[r] > c->S)
+      fail(KDTR_ERR_INVALID_ARGUMENT, req + "prefix_len outside [0, S]");
+    if (c->root_token_ids[r] < 0 || c->root_token_ids[r] >= c->V)
+      fail(KDTR_ERR_INVALID_ARGUMENT, req + "root_token_ids outside [0, V)");
+    for (int64_t k = 0; k < c->R; ++k) {
+      if (c->budget[r * c->R + k] < 0 || c->budget[r * c->R + k] > c->N)
+        fail(KDTR_ERR_INVALID_ARGUMENT, req + "budget outside [0, N]");
+      if (c->depth_limit[r * c->R + k] < 0 || c->depth_limit[r * c->R + k] > c->draft_depth)
+        fail(KDTR_ERR_INVALID_ARGUMENT, req + "depth_limit outside [0, draft_depth]");
+    }
+  }
+  return *c;
+}
+
 }  // namespace
 
 extern "C" {
@@ -470,6 +540,14 @@ int kdtr_greedy_step_cpu(kdtr_greedy_step_params* c) {
   });
 }
 
+int kdtr_ddtree_decode_cpu(kdtr_ddtree_decode_params* c) {
+  return guarded([&] {
+    const std::string why = cpu::ddtree_decode(ddtree_decode_checked(c, "ddtree_decode"));
+    if (!why.empty()) fail(KDTR_ERR_INVALID_ARGUMENT, "ddtree_decode: " + why);
+    return KDTR_OK;
+  });
+}
+
 // ---- CUDA kernels ----------------------------------------------------------------------
 
 #ifdef KDTR_NO_CUDA
@@ -478,6 +556,7 @@ int kdtr_tree_build_cuda(kdtr_tree_build_params*, void*) { return no_cuda("tree_
 int kdtr_verify_attn_cuda(kdtr_verify_attn_params*, void*) { return no_cuda("verify_attn"); }
 int kdtr_tree_accept_cuda(kdtr_tree_accept_params*, void*) { return no_cuda("tree_accept"); }
 int kdtr_greedy_step_cuda(kdtr_greedy_step_params*, void*) { return no_cuda("greedy_step"); }
+int kdtr_ddtree_decode_cuda(kdtr_ddtree_decode_params*, void*) { return no_cuda("ddtree_decode"); }
 
 #else
 
@@ -529,6 +608,15 @@ int kdtr_greedy_step_cuda(kdtr_greedy_step_params* c, void* stream) {
     cuda_check(op, "launch_greedy_step_tree_len", launch_greedy_step_tree_len(ch.tree_len, s));
     cuda_check(op, "launch_verify_attn", launch_verify_attn(ch.attn, plan, s, VerifyAttnRule::GreedyStep));
     cuda_check(op, "launch_tree_accept", launch_tree_accept(ch.accept, s));
+    return KDTR_OK;
+  });
+}
+
+// No CUDA implementation yet (docs/ops/ddtree_decode.md).
+int kdtr_ddtree_decode_cuda(kdtr_ddtree_decode_params* c, void*) {
+  return guarded([&] {
+    null_params("ddtree_decode", c);
+    fail(KDTR_ERR_NOT_SUPPORTED, "ddtree_decode: no CUDA implementation yet");
     return KDTR_OK;
   });
 }

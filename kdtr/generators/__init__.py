@@ -17,13 +17,14 @@ from types import ModuleType
 
 from kdtr.registry import Registry
 
-from . import gen_accept_refs, gen_greedy_step_refs, gen_tree_build_refs, gen_verify_attn_refs
+from . import gen_accept_refs, gen_ddtree_decode_refs, gen_greedy_step_refs, gen_tree_build_refs, gen_verify_attn_refs
 
 GENERATORS: dict[str, ModuleType] = {
     gen_accept_refs.OP: gen_accept_refs,
     gen_tree_build_refs.OP: gen_tree_build_refs,
     gen_verify_attn_refs.OP: gen_verify_attn_refs,
     gen_greedy_step_refs.OP: gen_greedy_step_refs,
+    gen_ddtree_decode_refs.OP: gen_ddtree_decode_refs,
 }
 
 REGISTRY = Registry()

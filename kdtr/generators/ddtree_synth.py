@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from ..bf16 import round_to, widen
+from ..dtypes import bfloat16  # ml_dtypes, imported on first use
 from ..ops.ddtree_model import WEIGHT_FRAC_BITS, BigramDrafter, TinyMLA
 from .rng import Rng
 
@@ -41,7 +41,7 @@ class ModelDims:
 def fixed(a) -> np.ndarray:
     """``a`` rounded to the nearest multiple of 2^-6, clipped to [-1, 1], as bf16 (exact)."""
     scale = 2.0**WEIGHT_FRAC_BITS
-    return round_to(np.clip(np.rint(np.asarray(a, np.float64) * scale), -scale, scale) / scale, ml_dtypes.bfloat16)
+    return round_to(np.clip(np.rint(np.asarray(a, np.float64) * scale), -scale, scale) / scale, bfloat16())
 
 
 def _uniform(rng: Rng, shape: tuple[int, ...]) -> np.ndarray:

@@ -168,5 +168,5 @@ def exact(name: str, dtype: str, dims: tuple[str, ...]) -> TensorSpec:
     return TensorSpec(name, dtype, dims, EXACT)
 
 
-# The op modules register themselves; greedy_step last (it composes the other three).
-from . import tree_build, verify_attn, tree_accept, greedy_step  # noqa: E402,F401  isort: skip
+# The op modules register themselves; greedy_step and ddtree_decode last (they compose the other three).
+from . import tree_build, verify_attn, tree_accept, greedy_step, ddtree_decode  # noqa: E402,F401  isort: skip

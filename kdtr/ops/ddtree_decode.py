@@ -2,8 +2,7 @@
 (reference; contract: docs/ops/ddtree_decode.md).
 
 The model, the drafter and the step are :mod:`kdtr.ops.ddtree_model`'s. This module holds
-the op's tensors and its reference; the spec is not in :data:`kdtr.ops.OPS` until the
-binary ``kdtr_ddtree_decode`` exists (:data:`SPEC` is built here, registered later).
+the op's tensors, its reference and its spec (registered in :data:`kdtr.ops.OPS`).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import numpy as np
 
 from ..bf16 import round_to, to_float32, widen
 from ..contract import Contract
-from . import OpSpec, TensorSpec, exact
+from . import OpSpec, TensorSpec, exact, register_op
 from .ddtree_model import OUT_REL_ERROR, BigramDrafter, DecodeState, StepRecord, TinyMLA, ddtree_step, project
 
 WEIGHTS = (("target_emb", ("V", "E")), ("target_w_q", ("E", "H", "Dqk")), ("target_w_kv", ("E", "Dqk")),
@@ -122,7 +121,7 @@ def reference(inputs: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> 
     return outputs(*run(inputs, n_max), n_max)
 
 
-SPEC = OpSpec(
+SPEC = register_op(OpSpec(
     name="ddtree_decode",
     description="R DDTree decode steps of a tiny MLA target with a bigram drafter (docs/ops/ddtree_decode.md)",
     inputs=tuple(TensorSpec(n, "bf16", dims) for n, dims in WEIGHTS) + (
@@ -148,5 +147,5 @@ SPEC = OpSpec(
     ),
     reference=reference,
     metadata=("max_budget",),
-    abi_dims=("B", "R", "V", "E", "H", "Dqk", "Dv", "S", "N"),
-)
+    abi_dims=("B", "R", "V", "E", "H", "Dqk", "Dv", "S", "N", "draft_depth", "draft_top_k"),
+))

@@ -55,8 +55,8 @@ import numpy as np
 
 from ..bf16 import round_to, to_float32, widen
 from ..detmath import exp, fixed_sum, log, matmul_exact
-from . import tree_accept as accept_op
-from . import tree_build as build_op
+from .tree_accept import AcceptResult, tree_accept
+from .tree_build import TreeBuildResult, tree_build
 from .verify_attn import verify_attn_f64
 
 WEIGHT_FRAC_BITS = 6  # every weight a multiple of 2^-6 ...
@@ -258,10 +258,10 @@ class StepRecord:
 
     top_log_probs: np.ndarray
     top_token_ids: np.ndarray
-    tree: build_op.TreeBuildResult
+    tree: TreeBuildResult
     attn_out: np.ndarray
     target_predict: np.ndarray
-    accept: accept_op.AcceptResult
+    accept: AcceptResult
 
 
 def ddtree_step(model: TinyMLA, drafter: BigramDrafter, st: DecodeState, budget: np.ndarray,
@@ -278,7 +278,7 @@ def ddtree_step(model: TinyMLA, drafter: BigramDrafter, st: DecodeState, budget:
     drafts = [draft(drafter, int(st.root[r]), depth, top_k) for r in range(b)]
     lp = np.stack([x[0] for x in drafts])
     ids = np.stack([x[1] for x in drafts])
-    tree = build_op.tree_build(lp, ids, st.root, np.asarray(budget, np.int32), np.asarray(depth_limit, np.int32),
+    tree = tree_build(lp, ids, st.root, np.asarray(budget, np.int32), np.asarray(depth_limit, np.int32),
                                n_max=n_max)
     t = n_max + 1
     tree_len = (tree.node_count + 1).astype(np.int32)
@@ -297,7 +297,7 @@ def ddtree_step(model: TinyMLA, drafter: BigramDrafter, st: DecodeState, budget:
     next_sibling = tree.next_sibling.copy()
     if bug == "accept_walk":
         next_sibling[:] = -1
-    acc = accept_op.tree_accept(tree.node_token_ids, tree.next_token, next_sibling, tree.node_count, predict)
+    acc = tree_accept(tree.node_token_ids, tree.next_token, next_sibling, tree.node_count, predict)
     mg = margins(lg)
     for r in range(b):
         a = int(acc.accepted_count[r])

@@ -2,8 +2,7 @@
 kdtr.generators.gen_ddtree_decode_refs): every configuration generates (greedy decoding
 agrees, margins clear the bound), the same bytes twice; the judge passes the reference's
 outputs and fails each planted bug (tree mask, accept walk, KV commit); a seed below the
-margin rule fails generation; bad inputs are refused naming the tensor. The op is not in
-kdtr.ops.OPS yet (no binary): these tests register it for their own duration."""
+margin rule fails generation; bad inputs are refused naming the tensor."""
 
 from __future__ import annotations
 
@@ -18,23 +17,18 @@ from kdtr.bf16 import round_to
 from kdtr.generators import gen_ddtree_decode_refs as gen
 from kdtr.judge import Golden, judge
 from kdtr.ops import ddtree_decode as op
-from kdtr.ops import register_op, unregister_op
 from kdtr.status import Status
 
 
 @pytest.fixture(scope="module")
 def goldens(tmp_path_factory):
-    register_op(op.SPEC)
-    try:
-        d = tmp_path_factory.mktemp("ddtree")
-        out = {}
-        for name in gen.CONFIGS:
-            tensors, meta = gen.generate(name)
-            kdtr.save(d / f"{name}.kdtr", tensors, meta)
-            out[name] = (tensors, meta, Golden.read(d / f"{name}.kdtr"))
-        yield out
-    finally:
-        unregister_op(op.SPEC.name)
+    d = tmp_path_factory.mktemp("ddtree")
+    out = {}
+    for name in gen.CONFIGS:
+        tensors, meta = gen.generate(name)
+        kdtr.save(d / f"{name}.kdtr", tensors, meta)
+        out[name] = (tensors, meta, Golden.read(d / f"{name}.kdtr"))
+    return out
 
 
 def inputs_of(tensors):

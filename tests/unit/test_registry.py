@@ -46,7 +46,8 @@ def test_no_module_under_kdtr_imports_generators_or_runners(repo_root):
 
 
 def test_the_generators_register_every_op():
-    assert kdtr.generators.REGISTRY.ops() == ["tree_accept", "tree_build", "verify_attn", "greedy_step"]
+    assert kdtr.generators.REGISTRY.ops() == ["tree_accept", "tree_build", "verify_attn", "greedy_step",
+                                              "ddtree_decode"]
     assert set(kdtr.generators.REGISTRY.ops()) == set(OPS)
     for op_configs in kdtr.generators.REGISTRY.entries():
         assert op_configs.spec is OPS[op_configs.op]
