@@ -32,7 +32,7 @@ GENERIC_FILES = (
     "cuda_tests/kernels/verify_attn.cuh",
     "cuda_tests/kernels/greedy_step.cuh",
 )
-OPS = ("tree_accept", "tree_build", "verify_attn", "greedy_step")
+OPS = ("tree_accept", "tree_build", "verify_attn", "greedy_step", "ddtree_decode")
 
 KILLED, SURVIVED, EQUIVALENT, IDENTICAL, STILLBORN, BAD_CLAIM = (
     "KILLED", "SURVIVED", "EQUIVALENT", "IDENTICAL", "STILLBORN", "BAD_CLAIM")
