@@ -277,12 +277,14 @@ def test_sigterm_stops_the_run_promptly_and_writes_no_report(tmp_path):
 @pytest.mark.slow  # the unmutated build when the sources changed (about 1 s when it is cached)
 def test_a_core_edit_recompiles_only_that_core_and_relinks_only_its_binaries(tmp_path):
     """The per-mutant build cost: a tree_accept core mutant recompiles cpu_tree_accept.o
-    alone and relinks the two binaries that link it (kdtr_tree_accept, kdtr_greedy_step)."""
+    alone and relinks the three binaries that link it (kdtr_tree_accept, kdtr_greedy_step,
+    kdtr_ddtree_decode)."""
     from kdtr.mutate import workspace
 
     ws = mut.Workspace(REPO_ROOT, tmp_path)
-    assert ws.ops_of(TA) == ["tree_accept", "greedy_step"]
-    assert ws.ops_of("cuda_tests/kernels/tree_build.cuh") == ["tree_build", "greedy_step"]
+    assert ws.ops_of(TA) == ["tree_accept", "greedy_step", "ddtree_decode"]
+    assert ws.ops_of("cuda_tests/kernels/tree_build.cuh") == ["tree_build", "greedy_step", "ddtree_decode"]
+    assert ws.ops_of("cuda_tests/kernels/ddtree_decode.cuh") == ["ddtree_decode"]
     d = ws.mutant_dir()
     src = d / TA
     src.write_text(src.read_text() + "\nstatic inline int kdtr_mutant_probe() { return 1; }\n")
@@ -294,4 +296,5 @@ def test_a_core_edit_recompiles_only_that_core_and_relinks_only_its_binaries(tmp
     r = workspace._make(d, [workspace.binary(op) for op in mut.OPS], None)
     assert r.returncode == 0, r.stderr
     redone = sorted(p for p in outputs if (d / p).stat().st_mtime_ns != before[p])
-    assert redone == ["build/bin/kdtr_greedy_step", "build/bin/kdtr_tree_accept", "build/obj/cpu_tree_accept.o"]
+    assert redone == ["build/bin/kdtr_ddtree_decode", "build/bin/kdtr_greedy_step", "build/bin/kdtr_tree_accept",
+                      "build/obj/cpu_tree_accept.o"]
