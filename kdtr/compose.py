@@ -397,8 +397,9 @@ def padding_outputs(op: str, inputs: Mapping[str, np.ndarray], meta: Mapping[str
         return spec.reference(sub, meta)
 
 
-def beyond_outputs(op: str, like: Request, T: int) -> dict[str, np.ndarray]:
-    """The documented values of a request's slots beyond its own T (>= 1) in a batch at ``T``:
+def beyond_outputs(op: str, like: Request, T: int, S: int | None = None) -> dict[str, np.ndarray]:
+    """The documented values of a request's slots beyond its own T (>= 1) in a batch at ``T``
+    (and, with ``S``, beyond its own S in a batch at ``S``: ddtree_decode's final cache rows, 0):
     per output, one row (without the B dim) at the batch's T, whose slots at index >= the
     request's own T (in every T dim) are those values: -1 in tree_build's and tree_accept's
     slot outputs, 0 in visibility, out 0 and lse -inf.
@@ -411,7 +412,7 @@ def beyond_outputs(op: str, like: Request, T: int) -> dict[str, np.ndarray]:
         ValueError: as :func:`padding_request` and :func:`batch`.
     """
     pad = padding_request(op, like)
-    inputs, meta = batch(op, [pad], T=T)
+    inputs, meta = batch(op, [pad], T=T, S=S)
     with np.errstate(all="ignore"):
         ref = _spec(op).reference(inputs, meta)
     return {k: np.asarray(v)[0] for k, v in ref.items()}

@@ -457,7 +457,7 @@ def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: l
         base, base_problem = None, f"composition 'golden': {exc}"
     differ: list[str] = []
     padding: list[str] = []
-    beyond_cache: dict[int, dict[str, np.ndarray]] = {}
+    beyond_cache: dict[tuple[int, int | None], dict[str, np.ndarray]] = {}
     for c, r in zip(comps[1:], runs[1:]):
         if base is None or r.rc != 0:
             continue
@@ -518,20 +518,27 @@ def _differences(op: str, c: Composition, got: tuple[dict[str, np.ndarray], dict
 
 
 def _padding_differences(op: str, c: Composition, got: dict[str, np.ndarray],
-                         beyond_cache: dict[int, dict[str, np.ndarray]]) -> list[str]:
+                         beyond_cache: dict[tuple[int, int | None], dict[str, np.ndarray]]) -> list[str]:
     """The padding rows of ``c`` against :func:`kdtr.compose.padding_outputs` (the reference
     on those rows), and the slots beyond a request's own T against
     :func:`kdtr.compose.beyond_outputs` (a padding request's at the batch's T: the
     reference never runs on a live request here, whatever its size)."""
     spec = OPS[op]
     pad_rows = [k for k, r in enumerate(c.rows) if r.is_padding]
+    # An op with an S-dim output (ddtree_decode's final_kv_cache) has slots beyond a
+    # request's own S too; every other op's outputs have no S dim.
+    s_out = any("S" in sp.dims for sp in spec.outputs)
+    batch_s = next((int(np.shape(c.inputs[sp.name])[sp.dims.index("S")]) for sp in spec.inputs if "S" in sp.dims),
+                   None) if s_out else None
     # (a filler of another golden whose validity is relative to T may be valid at this T)
-    beyond = [k for k, r in enumerate(c.rows) if not r.is_padding and r.T < c.T and not compose.t_sensitive(r)]
+    beyond = [k for k, r in enumerate(c.rows) if not r.is_padding and not compose.t_sensitive(r)
+              and (r.T < c.T or (batch_s is not None and r.S is not None and r.S < batch_s))]
+    key = (c.T, batch_s)
     out: list[str] = []
     try:
         doc = compose.padding_outputs(op, c.inputs, c.meta, pad_rows) if pad_rows else {}
-        if beyond and c.T not in beyond_cache:
-            beyond_cache[c.T] = compose.beyond_outputs(op, c.rows[beyond[0]], c.T)
+        if beyond and key not in beyond_cache:
+            beyond_cache[key] = compose.beyond_outputs(op, c.rows[beyond[0]], c.T, S=batch_s)
     except ValueError as exc:
         return [f"composition {c.name!r}: the reference cannot say the padding values: {exc}"]
     for k in pad_rows + beyond:
@@ -542,13 +549,15 @@ def _padding_differences(op: str, c: Composition, got: dict[str, np.ndarray],
             got_k = np.asarray(arr)[k]
             if k in beyond:
                 t = c.rows[k].T
-                want_row = np.asarray(beyond_cache[c.T][s.name])
+                want_row = np.asarray(beyond_cache[key][s.name])
                 if got_k.shape != want_row.shape:
                     m = compose.padding_mismatch(s.name, got_k, want_row)  # the shapes, in words
                     out.append(f"composition {c.name!r}, row {k} (slots beyond T = {t} of {c.rows[k].source}): {m}")
                     break
                 mask = np.ones(got_k.shape, bool)
-                mask[tuple(slice(0, t) if d == "T" else slice(None) for d in s.dims[1:])] = False  # compared above
+                own_s = c.rows[k].S
+                mask[tuple(slice(0, t) if d == "T" else slice(0, own_s) if d == "S" and own_s is not None
+                           else slice(None) for d in s.dims[1:])] = False  # compared above
                 if not mask.any():
                     continue
                 got_k, want_k = got_k[mask], want_row[mask]

@@ -99,3 +99,21 @@ def test_bad_inputs_name_the_tensor(goldens, field, value, msg):
     x = dict(inputs_of(goldens["chain"][0]), **{field: value})
     with pytest.raises(ValueError, match=msg):
         op.run(x, 8)
+
+
+def test_invariance_checks_the_cache_rows_beyond_a_requests_own_s(goldens):
+    """A batch at a larger S: the rows of final_kv_cache past a request's own S are held to
+    the documented 0 (kdtr.run.invariance, via compose.beyond_outputs with S)."""
+    from kdtr import compose
+    from kdtr.run.invariance import Composition, _padding_differences
+
+    tensors, meta, golden = goldens["chain"]
+    reqs = compose.requests("ddtree_decode", golden.inputs, golden.metadata)
+    s_own = int(reqs[0].S)
+    inputs, bmeta = compose.batch("ddtree_decode", reqs, S=s_own + 16)
+    got = {k: np.array(v) for k, v in op.reference(inputs, bmeta).items()}
+    c = Composition("padded S", reqs, [0, 1, 2], inputs, bmeta, T=reqs[0].T)
+    assert _padding_differences("ddtree_decode", c, got, {}) == []
+    got["final_kv_cache"][1, s_own + 3, 0] = round_to(np.array(1.0), got["final_kv_cache"].dtype)
+    diff = _padding_differences("ddtree_decode", c, got, {})
+    assert len(diff) == 1 and "row 1 (slots beyond T = 9 of ddtree_decode/chain#1): final_kv_cache" in diff[0], diff
