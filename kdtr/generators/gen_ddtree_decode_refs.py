@@ -42,6 +42,8 @@ class Config:
     budgets: tuple[int, ...] = ()  # per step (cycled over the requests' steps); empty: N
     depth_limits: tuple[int, ...] = ()  # per step; empty: D
     last_prompt_token: int = -1  # >= 0: every prompt ends with this token (the first root)
+    o_scale: float = 0.25  # ddtree_synth.synth_models's
+    o_density: float = 1.0
     tier: str = "committed"
 
 
@@ -60,12 +62,17 @@ CONFIGS: dict[str, Config] = {
                    "id), inside tree_build's best-first order", 3, "ties", (5, 12, 1)),
     "batch": Config("eight requests with prompts of 1 to 30 tokens (prefix_len 0 to 29), chain drafts, 5 steps",
                     2, "chain", (1, 2, 7, 30, 16, 3, 11, 24), steps=5),
+    "k2_dims": Config("Kimi K2 attention dims (H=64, Dqk=576, d_v=512; V=512, E=32), prompts of 1024, 300 and 1 "
+                      "tokens, chain drafts, 4 steps; w_o sparse (2e-5 of its entries, each up to 1) so that the "
+                      "logit error bound, a sum over H d_v = 32768 rows, stays 20x below the margins (second tier)",
+                      2, "chain", (1024, 300, 1), steps=4, dims=ModelDims(512, 32, 64, 576, 512), o_scale=1.0,
+                      o_density=2e-5, tier="cache"),
 }
 
 
 def synth(cfg: Config) -> tuple[dict[str, np.ndarray], list[list[int]], int]:
     """(the golden's inputs, the prompts, the cache capacity S) of ``cfg``."""
-    model, drafter, rng = synth_models(cfg.seed, cfg.dims, cfg.mode)
+    model, drafter, rng = synth_models(cfg.seed, cfg.dims, cfg.mode, o_scale=cfg.o_scale, o_density=cfg.o_density)
     v = cfg.dims.V
     prompts = [[int(t) for t in rng.integers(0, v, size=n)] for n in cfg.prompt_lens]
     if cfg.last_prompt_token >= 0:

@@ -19,12 +19,14 @@ from kdtr.judge import Golden, judge
 from kdtr.ops import ddtree_decode as op
 from kdtr.status import Status
 
+COMMITTED = [n for n, c in gen.CONFIGS.items() if c.tier == "committed"]
+
 
 @pytest.fixture(scope="module")
 def goldens(tmp_path_factory):
     d = tmp_path_factory.mktemp("ddtree")
     out = {}
-    for name in gen.CONFIGS:
+    for name in COMMITTED:
         tensors, meta = gen.generate(name)
         kdtr.save(d / f"{name}.kdtr", tensors, meta)
         out[name] = (tensors, meta, Golden.read(d / f"{name}.kdtr"))
@@ -35,7 +37,7 @@ def inputs_of(tensors):
     return {k[len("input."):]: v for k, v in tensors.items() if k.startswith("input.")}
 
 
-@pytest.mark.parametrize("name", list(gen.CONFIGS))
+@pytest.mark.parametrize("name", COMMITTED)
 def test_configs_generate_deterministically(goldens, name):
     tensors, meta, _ = goldens[name]
     assert meta["min_margin"] >= meta["margin_factor"] * meta["logit_error_bound"]
@@ -45,7 +47,7 @@ def test_configs_generate_deterministically(goldens, name):
 
 
 def test_configs_reach_their_paths(goldens):
-    acc = {n: goldens[n][1]["accepted_per_step"] for n in gen.CONFIGS}
+    acc = {n: goldens[n][1]["accepted_per_step"] for n in COMMITTED}
     assert acc["chain"] >= 3 and acc["batch"] >= 3 and acc["reject"] <= 0.1 and 0.3 <= acc["decoy"] <= 1.5
     t = goldens["decoy"][0]
     assert (t["expected.node_count"][:, 2] == 0).all()  # budget 0: a root-only tree, the bonus token alone
@@ -57,7 +59,7 @@ def test_configs_reach_their_paths(goldens):
     assert pl.min() == 0 and pl.max() == 29 and len(pl) == 8
 
 
-@pytest.mark.parametrize("name", list(gen.CONFIGS))
+@pytest.mark.parametrize("name", COMMITTED)
 def test_the_judge_passes_the_reference(goldens, name):
     tensors, meta, golden = goldens[name]
     got = op.reference(inputs_of(tensors), meta)
@@ -69,7 +71,7 @@ def test_the_judge_passes_the_reference(goldens, name):
     assert judge(golden, far).status == Status.MISMATCH
 
 
-@pytest.mark.parametrize(("bug", "names"), [("tree_mask", tuple(gen.CONFIGS)), ("accept_walk", ("decoy",)),
+@pytest.mark.parametrize(("bug", "names"), [("tree_mask", tuple(COMMITTED)), ("accept_walk", ("decoy",)),
                                             ("kv_commit", ("chain", "decoy", "batch"))])
 def test_planted_bugs_fail_the_goldens(goldens, bug, names):
     for name in names:
@@ -117,3 +119,15 @@ def test_invariance_checks_the_cache_rows_beyond_a_requests_own_s(goldens):
     got["final_kv_cache"][1, s_own + 3, 0] = round_to(np.array(1.0), got["final_kv_cache"].dtype)
     diff = _padding_differences("ddtree_decode", c, got, {})
     assert len(diff) == 1 and "row 1 (slots beyond T = 9 of ddtree_decode/chain#1): final_kv_cache" in diff[0], diff
+
+
+@pytest.mark.slow  # the K2-dims golden: about 20 s to generate, 26 MB
+def test_the_k2_dims_config_meets_the_margin_rule_and_the_reference(tmp_path):
+    tensors, meta = gen.generate("k2_dims")
+    assert gen.CONFIGS["k2_dims"].tier == "cache"
+    assert meta["min_margin"] >= meta["margin_factor"] * meta["logit_error_bound"]
+    assert meta["accepted_per_step"] >= 2
+    assert tensors["input.target_w_q"].shape == (32, 64, 576) and tensors["input.target_w_o"].shape == (64, 512, 32)
+    kdtr.save(tmp_path / "k2.kdtr", tensors, meta)
+    got = op.reference(inputs_of(tensors), meta)
+    assert judge(Golden.read(tmp_path / "k2.kdtr"), got).status == Status.PASS
