@@ -153,7 +153,7 @@ ifneq ($(MAKECMDGOALS),clean)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG)' ] || printf '%s\n' '$(CONFIG)' > $(CONFIG_STAMP))
 endif
 
-TOOLS := $(BIN)/kdtr_check
+TOOLS := $(BIN)/kdtr_check $(BIN)/kdtr_detmath_check
 COMMA := ,
 OP_BINS := $(OPS:%=$(BIN)/kdtr_%)
 
@@ -205,6 +205,11 @@ $(CONFIG_STAMP): ;
 
 $(BIN)/kdtr_check: cuda_tests/tools/kdtr_check.cpp $(CONFIG_STAMP) | $(BIN) $(OBJ)
 	$(CXX) $(KDTR_CXXFLAGS) -MMD -MP -MT $@ -MF $(OBJ)/kdtr_check.d $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+# kdtr_detmath.hpp on the host, for tests/binaries/test_detmath_check.py: g++ in both
+# builds, no FMA contraction (the header's bits depend on it).
+$(BIN)/kdtr_detmath_check: cuda_tests/tools/kdtr_detmath_check.cpp $(CONFIG_STAMP) | $(BIN) $(OBJ)
+	$(CXX) $(KDTR_CXXFLAGS) -ffp-contract=off -MMD -MP -MT $@ -MF $(OBJ)/kdtr_detmath_check.d $< -o $@
 
 # The objects of each binary (docs/binaries.md, "Build layout"): its main
 # $(OBJ)/test_<op>.o (cuda_tests/tests/test_<op>.cu: host code, includes no op's core),

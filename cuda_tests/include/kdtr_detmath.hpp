@@ -6,7 +6,10 @@
 // bits.  Every multiply and add is its own rounding: a translation unit that includes this
 // must be compiled without FMA contraction (g++ -ffp-contract=off; nvcc -fmad=false),
 // which the Makefile does for the objects that use it.  tests/binaries/test_detmath_cpp.py
-// holds the results against the Python.
+// holds the results against the Python.  Where the compiler honours it (clang, host and
+// CUDA), `#pragma STDC FP_CONTRACT OFF` at the top of exp and log says the same inside them
+// (a pragma in a compound statement: that block alone); g++ ignores it and nvcc's device pass
+// knows only -fmad, so the flags remain the rule, and each Horner step is its own statement.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +27,6 @@ constexpr double kInvLn2 = 0x1.71547652b82fep+0;
 constexpr double kExpMax = 0x1.62e42fefa39efp+9;   // 709.782712893384
 constexpr double kExpMin = -0x1.74910d52d3052p+9;  // -745.1332191019412
 constexpr double kSqrt2 = 0x1.6a09e667f3bcdp+0;
-// 1/n!, n = 15..0 (Horner order), and 2/(2n+1), n = 12..1.
-constexpr double kExpPoly[16] = {
-    0x1.ae7f3e733b81fp-41, 0x1.93974a8c07c9dp-37, 0x1.6124613a86d09p-33, 0x1.1eed8eff8d898p-29,
-    0x1.ae64567f544e4p-26, 0x1.27e4fb7789f5cp-22, 0x1.71de3a556c734p-19, 0x1.a01a01a01a01ap-16,
-    0x1.a01a01a01a01ap-13, 0x1.6c16c16c16c17p-10, 0x1.1111111111111p-7,  0x1.5555555555555p-5,
-    0x1.5555555555555p-3,  0x1.0000000000000p-1,  0x1.0000000000000p+0,  0x1.0000000000000p+0};
-constexpr double kLogPoly[12] = {0x1.47ae147ae147bp-4, 0x1.642c8590b2164p-4, 0x1.8618618618618p-4,
-                                 0x1.af286bca1af28p-4, 0x1.e1e1e1e1e1e1ep-4, 0x1.1111111111111p-3,
-                                 0x1.3b13b13b13b14p-3, 0x1.745d1745d1746p-3, 0x1.c71c71c71c71cp-3,
-                                 0x1.2492492492492p-2, 0x1.999999999999ap-2, 0x1.5555555555555p-1};
 
 KDTR_HD inline uint64_t bits_of(double x) {
   uint64_t u;
@@ -58,6 +51,9 @@ KDTR_HD inline double rint_even(double x) {
 
 // e ** x within 2 ulp, the bits of kdtr.detmath.exp.
 KDTR_HD inline double exp(double x) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
   if (x != x) return x;
   double xc = x < kExpMax ? x : kExpMax;
   xc = xc > kExpMin ? xc : kExpMin;
@@ -66,6 +62,13 @@ KDTR_HD inline double exp(double x) {
   double r = xc - khi;
   const double klo = k * kLn2Lo;
   r = r - klo;
+  // 1/n!, n = 15..0 (Horner order).  Local tables: a namespace-scope array is host memory,
+  // which device code cannot index.
+  const double kExpPoly[16] = {
+      0x1.ae7f3e733b81fp-41, 0x1.93974a8c07c9dp-37, 0x1.6124613a86d09p-33, 0x1.1eed8eff8d898p-29,
+      0x1.ae64567f544e4p-26, 0x1.27e4fb7789f5cp-22, 0x1.71de3a556c734p-19, 0x1.a01a01a01a01ap-16,
+      0x1.a01a01a01a01ap-13, 0x1.6c16c16c16c17p-10, 0x1.1111111111111p-7,  0x1.5555555555555p-5,
+      0x1.5555555555555p-3,  0x1.0000000000000p-1,  0x1.0000000000000p+0,  0x1.0000000000000p+0};
   double p = kExpPoly[0];
   for (int i = 1; i < 16; ++i) {
     p = p * r;
@@ -82,6 +85,9 @@ KDTR_HD inline double exp(double x) {
 
 // Natural log within 2 ulp, the bits of kdtr.detmath.log.
 KDTR_HD inline double log(double x) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
   if (x != x || x < 0.0) return __builtin_nan("");
   if (x == 0.0) return -__builtin_inf();
   if (x == __builtin_inf()) return __builtin_inf();
@@ -97,6 +103,10 @@ KDTR_HD inline double log(double x) {
   const double f = m - 1.0;
   const double s = f / (2.0 + f);
   const double z = s * s;
+  // 2/(2n+1), n = 12..1 (Horner order).
+  const double kLogPoly[12] = {0x1.47ae147ae147bp-4, 0x1.642c8590b2164p-4, 0x1.8618618618618p-4, 0x1.af286bca1af28p-4,
+                               0x1.e1e1e1e1e1e1ep-4, 0x1.1111111111111p-3, 0x1.3b13b13b13b14p-3, 0x1.745d1745d1746p-3,
+                               0x1.c71c71c71c71cp-3, 0x1.2492492492492p-2, 0x1.999999999999ap-2, 0x1.5555555555555p-1};
   double r = kLogPoly[0];
   for (int i = 1; i < 12; ++i) {
     r = r * z;
