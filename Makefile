@@ -270,11 +270,15 @@ $(OP_BINS): $(BIN)/kdtr_%: $$(call bin_objs,$$*) $(OBJ)/kernel_%.o | $(BIN)
 	$(call bin_deps,$*,$^)
 	$(NVCC_PATH) $(GENCODE) $(filter %.o,$^) -o $@ $(LDFLAGS) $(LDLIBS)
 
-# greedy_step chains the three ops on the device: its binary links their kernels too
-# (kernels/greedy_step.cu holds only the glue).
-$(BIN)/kdtr_greedy_step: $(OBJ)/kernel_tree_build.o $(OBJ)/kernel_verify_attn.o $(OBJ)/kernel_tree_accept.o
+# greedy_step and ddtree_decode chain the three ops on the device: their binaries link
+# the ops' kernels too (kernels/greedy_step.cu holds only the glue, kernels/ddtree_decode.cu
+# the decode loop's own kernels).
+$(BIN)/kdtr_greedy_step $(BIN)/kdtr_ddtree_decode: $(OBJ)/kernel_tree_build.o $(OBJ)/kernel_verify_attn.o \
+  $(OBJ)/kernel_tree_accept.o
 # and the Hopper kernel goes wherever verify_attn's dispatcher does
-$(BIN)/kdtr_verify_attn $(BIN)/kdtr_greedy_step: $(SM90_OBJ)
+$(BIN)/kdtr_verify_attn $(BIN)/kdtr_greedy_step $(BIN)/kdtr_ddtree_decode: $(SM90_OBJ)
+# The decode loop's drafter runs kdtr_detmath.hpp on the device: no FMA contraction.
+$(OBJ)/kernel_ddtree_decode.o $(OBJ)/pic/kernel_ddtree_decode.o: KDTR_NVCCFLAGS += -fmad=false
 else
 $(OP_BINS): $(BIN)/kdtr_%: $$(call bin_objs,$$*) | $(BIN)
 	$(call bin_deps,$*,$^)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +19,19 @@ for _p in (str(REPO_ROOT), str(TESTS_DIR)):
         sys.path.insert(0, _p)
 
 KDTR_CHECK = REPO_ROOT / "build" / "bin" / "kdtr_check"
+
+
+def cuda_device_present() -> bool:
+    """Whether `nvidia-smi -L` lists a GPU (the cuda backends are checked only then)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return False
+    try:
+        r = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
 
 # Hypothesis reaches no verdict from the clock (no per-example deadline, no "too slow" health
 # check): a busy machine makes examples slow, not wrong (tests/timing.py says the rule).

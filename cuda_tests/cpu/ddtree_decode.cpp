@@ -10,6 +10,21 @@
 #include "ddtree_decode_params.h"
 
 namespace kdtr {
+
+std::string ddtree_decode_error_message(const DdtreeDecodeError& e, int64_t S) {
+  const std::string req = "request " + std::to_string(e.request), step = "step " + std::to_string(e.step);
+  switch (e.kind) {
+    case KDTR_DDTREE_DECODE_OK: return "";
+    case KDTR_DDTREE_DECODE_TREE_BUILD_STATUS:
+      return req + ", " + step + ": tree_build status " + std::to_string(e.value);
+    case KDTR_DDTREE_DECODE_CACHE_ROWS:
+      return req + ": kv_cache: S = " + std::to_string(S) + " rows, " + step + " needs " + std::to_string(e.value);
+    case KDTR_DDTREE_DECODE_TREE_ACCEPT_STATUS:
+      return req + ", " + step + ": tree_accept status " + std::to_string(e.value);
+    default: return req + ", " + step + ": unknown stop " + std::to_string(e.kind);
+  }
+}
+
 namespace cpu {
 
 std::string ddtree_decode(const DdtreeDecodeParams& p) { return ddtree_decode_cpu(p); }

@@ -179,15 +179,15 @@ inline std::string ddtree_decode_cpu(const DdtreeDecodeParams& p) {
     cpu::tree_build(tb);
     // 3. q and c of every slot, c into the cache after the committed rows.
     for (int64_t b = 0; b < B; ++b) {
-      if (w.status[b] != 0)
-        return "request " + std::to_string(b) + ", step " + std::to_string(k) + ": tree_build status " +
-               std::to_string(w.status[b]);
+      const auto stop = [&](int32_t kind, int64_t value) {
+        return ddtree_decode_error_message(
+            {kind, static_cast<int32_t>(b), static_cast<int32_t>(k), static_cast<int32_t>(value)}, S);
+      };
+      if (w.status[b] != 0) return stop(KDTR_DDTREE_DECODE_TREE_BUILD_STATUS, w.status[b]);
       p.node_count[b * R + k] = w.node_count[b];
       const int64_t tl = w.node_count[b] + 1;
       w.tree_len[b] = static_cast<int32_t>(tl);
-      if (w.n[b] + tl > S)
-        return "request " + std::to_string(b) + ": kv_cache: S = " + std::to_string(S) + " rows, step " +
-               std::to_string(k) + " needs " + std::to_string(w.n[b] + tl);
+      if (w.n[b] + tl > S) return stop(KDTR_DDTREE_DECODE_CACHE_ROWS, w.n[b] + tl);
       std::fill(w.q.begin() + b * T * H * Dqk, w.q.begin() + (b + 1) * T * H * Dqk, uint16_t{0});
       for (int64_t slot = 0; slot < tl; ++slot) {
         const int64_t tok = w.node_token_ids[b * T + slot];
@@ -267,8 +267,9 @@ inline std::string ddtree_decode_cpu(const DdtreeDecodeParams& p) {
     // 7. Outputs of the step and the KV commit of the accepted path.
     for (int64_t b = 0; b < B; ++b) {
       if (w.accept_status[b] != 0)
-        return "request " + std::to_string(b) + ", step " + std::to_string(k) + ": tree_accept status " +
-               std::to_string(w.accept_status[b]);
+        return ddtree_decode_error_message({KDTR_DDTREE_DECODE_TREE_ACCEPT_STATUS, static_cast<int32_t>(b),
+                                            static_cast<int32_t>(k), w.accept_status[b]},
+                                           S);
       const int32_t a = w.accepted_count[b];
       p.accepted_count[b * R + k] = a;
       for (int64_t i = 0; i < T; ++i) {

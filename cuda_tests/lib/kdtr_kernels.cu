@@ -542,8 +542,12 @@ int kdtr_greedy_step_cpu(kdtr_greedy_step_params* c) {
 
 int kdtr_ddtree_decode_cpu(kdtr_ddtree_decode_params* c) {
   return guarded([&] {
-    const std::string why = cpu::ddtree_decode(ddtree_decode_checked(c, "ddtree_decode"));
+    const DdtreeDecodeParams& p = ddtree_decode_checked(c, "ddtree_decode");
+    if (c->kernel != KDTR_VERIFY_ATTN_AUTO)
+      fail(KDTR_ERR_INVALID_ARGUMENT, "ddtree_decode: kernel SIMT / MMA / WGMMA applies to the CUDA entry only");
+    const std::string why = cpu::ddtree_decode(p);
     if (!why.empty()) fail(KDTR_ERR_INVALID_ARGUMENT, "ddtree_decode: " + why);
+    c->kernel_ran = "cpu_f64";
     return KDTR_OK;
   });
 }

@@ -18,8 +18,11 @@
 // 2^-6 within [-1, 1] (the model's fixed-point rule), draft_depth >= 1, draft_top_k in
 // [1, V], prefix_len in [0, S], root_token_ids in [0, V), budget in [0, N], depth_limit in
 // [0, draft_depth]; and, found while it runs, a step that needs more cache rows than S
-// (exit 2 naming input.kv_cache and the request).  The CUDA backend is not built yet:
-// --backend cuda exits 3.
+// (exit 2 naming input.kv_cache and the request).
+//
+// --backend cuda runs the decode loop of kernels/ddtree_decode.cu (ddtree_decode_launch.h):
+// every step on one stream, no host round trip, capturable (--graph); --kernel
+// auto|simt|mma|wgmma picks its verify_attn stage's kernel (exit 3 where it does not apply).
 
 #include <cstdint>
 #include <cstring>
@@ -32,9 +35,16 @@
 #include "kdtr_io.hpp"
 #include "kdtr_ops.hpp"
 
+#ifndef KDTR_NO_CUDA
+#include "ddtree_decode_launch.h"
+#include "kdtr_cuda.hpp"
+#endif
+
 namespace {
 
 using namespace kdtr;
+
+constexpr const char* kProg = "kdtr_ddtree_decode";
 
 const char* const kWeights[] = {"input.target_emb",  "input.target_w_q", "input.target_w_kv", "input.target_w_o",
                                 "input.target_w_lm", "input.draft_emb",  "input.draft_w_lm"};
@@ -69,9 +79,39 @@ void check_range(const ops::Inputs& in, const char* name, int64_t lo, int64_t hi
                    "element " + std::to_string(i) + " = " + std::to_string(v[i]) + " is outside " + what);
 }
 
+#ifndef KDTR_NO_CUDA
+// The decode on the device: "" when every step ran, else the CPU backend's reason.  *kernel:
+// the verify_attn stage's kernel instance.
+std::string run_cuda(const cli::Args& args, const ops::Inputs& in, ops::Outputs& out, const ops::FirstReplay& first,
+                     int32_t depth, int32_t top_k, float sm_scale, const std::string& attn_kernel,
+                     std::string* kernel) {
+  // The kernels are chosen before anything is allocated (a null workspace: dims only).
+  const DdtreeDecodeParams dims =
+      ops::ddtree_decode_params(ops::Slots(in.dims()).add(in).add(out), depth, top_k, sm_scale);
+  const DdtreeDecodeStages planned = ddtree_decode_stages(dims, nullptr);
+  const int32_t build_kernel =
+      ops::configure_tree_build(planned.build, TREE_BUILD_KERNEL_AUTO, args.device, "tree_build: ");
+  const VerifyAttnPlan plan =
+      ops::plan_verify_attn(planned.attn, attn_kernel, args.device, attn_kernel == "auto" ? "" : "verify_attn: ");
+  *kernel = plan.name;
+
+  cli::DeviceBuffer<uint8_t> workspace(ddtree_decode_workspace_bytes(dims));
+  workspace.fill_bytes(cli::kPoison);
+  const ops::Device dev(in, out, &first);
+  const DdtreeDecodeParams p = ops::ddtree_decode_params(dev.slots(in.dims()), depth, top_k, sm_scale);
+  DdtreeDecodeStages st = ddtree_decode_stages(p, workspace.get());
+  st.build.kernel = build_kernel;
+  const cudaStream_t s = dev.stream.get();
+  ops::run_cuda(args, dev, out, [&] { return launch_ddtree_decode(p, st, plan, s); });
+  DdtreeDecodeError e{};
+  KDTR_CUDA_CHECK(ddtree_decode_read_error(p, workspace.get(), s, &e));
+  return ddtree_decode_error_message(e, p.S);
+}
+#endif
+
 int run(const cli::Args& args) {
-  if (args.cuda())
-    cli::die(cli::EXIT_NOT_SUPPORTED, "backend cuda not supported: ddtree_decode has no CUDA implementation yet");
+  const std::string attn_kernel = ops::verify_attn_kernel_option(args, kProg);
+  cli::require_backend(args);
   const File golden = File::open(args.input);
   const ops::OpDecl& op = ops::ddtree_decode_decl();
   ops::Inputs in(golden, op.bounds);
@@ -98,18 +138,25 @@ int run(const cli::Args& args) {
   out.allocate();
 
   const ops::FirstReplay first(args, in, [&](ops::Inputs& i) { i.read(op); });
-  const ops::Host host(in, first);
-  const DdtreeDecodeParams p =
-      ops::ddtree_decode_params(host.slots(in.dims()).add(out), depth, top_k, in.scalar<float>("input.sm_scale"));
-  std::string why;
-  ops::run_cpu(args, host, out, [&] { why = cpu::ddtree_decode(p); });
+  const float sm_scale = in.scalar<float>("input.sm_scale");
+  std::string why, kernel;
+  if (args.cuda()) {
+#ifndef KDTR_NO_CUDA
+    why = run_cuda(args, in, out, first, depth, top_k, sm_scale, attn_kernel, &kernel);
+#endif
+  } else {
+    const ops::Host host(in, first);
+    const DdtreeDecodeParams p = ops::ddtree_decode_params(host.slots(in.dims()).add(out), depth, top_k, sm_scale);
+    ops::run_cpu(args, host, out, [&] { why = cpu::ddtree_decode(p); });
+    kernel = "cpu_f64";
+  }
   if (!why.empty()) ops::invalid(golden, "input.kv_cache", why);
-  ops::write_outputs(args, golden, op.name, out);
+  ops::write_outputs(args, golden, op.name, out, &kernel);
   return cli::EXIT_OK;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return kdtr::cli::run_main(argc, argv, "kdtr_ddtree_decode", run, {}, kdtr::abi::describe_json("ddtree_decode"));
+  return kdtr::cli::run_main(argc, argv, kProg, run, {"kernel"}, kdtr::abi::describe_json("ddtree_decode"));
 }

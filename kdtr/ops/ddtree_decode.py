@@ -123,6 +123,7 @@ def reference(inputs: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> 
 
 SPEC = register_op(OpSpec(
     name="ddtree_decode",
+    kernels=("simt", "mma", "wgmma"),  # the kernel of its verify_attn stage
     description="R DDTree decode steps of a tiny MLA target with a bigram drafter (docs/ops/ddtree_decode.md)",
     inputs=tuple(TensorSpec(n, "bf16", dims) for n, dims in WEIGHTS) + (
         TensorSpec("kv_cache", "bf16", ("B", "S", "Dqk")),

@@ -1,7 +1,8 @@
-"""kdtr_ddtree_decode on the CPU: every committed golden passes; each bad input is refused
-(exit 2) with a message naming the file and the tensor, before anything runs or, for a cache
-too short for a step, as soon as the step finds it; --backend cuda says it is not built yet
-(exit 3)."""
+"""kdtr_ddtree_decode on both backends (cuda where a GPU is present): every committed golden
+passes, with every verify_attn kernel on cuda; each bad input is refused (exit 2) with a
+message naming the file and the tensor, before anything runs or, for a cache too short for a
+step, as soon as the step finds it (on cuda: the decode loop's device-side check);
+--kernel is for cuda only; without a GPU, --backend cuda exits 3."""
 
 from __future__ import annotations
 
@@ -12,21 +13,39 @@ import numpy as np
 import pytest
 
 import kdtr
-from conftest import op_binary
+from conftest import cuda_device_present, op_binary
 from kdtr.judge import Golden, judge
 from kdtr.status import Status
 
 GOLDENS = sorted(Path(__file__).resolve().parents[2].joinpath("golden", "ddtree_decode").glob("*.kdtr"))
+HAS_CUDA = cuda_device_present()
+CUDA = pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not HAS_CUDA, reason="no CUDA device (`nvidia-smi -L` lists no GPU): the cuda backend is not checked")])
+BACKENDS = [pytest.param("cpu", id="cpu"), CUDA]
 
 
-def run(golden: Path, out: Path, backend: str = "cpu") -> subprocess.CompletedProcess:
+def run(golden: Path, out: Path, backend: str = "cpu", *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(op_binary("ddtree_decode")), "--input", str(golden), "--output", str(out),
-                           "--backend", backend], capture_output=True, text=True, timeout=120)
+                           "--backend", backend, *extra], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.stem)
-def test_every_golden_passes(path, tmp_path):
-    r = run(path, tmp_path / "out.kdtr")
+def test_every_golden_passes(path, tmp_path, backend):
+    r = run(path, tmp_path / "out.kdtr", backend)
+    assert r.returncode == 0, r.stderr
+    assert judge(Golden.read(path), tmp_path / "out.kdtr").status == Status.PASS
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (`nvidia-smi -L` lists no GPU)")
+@pytest.mark.parametrize("kernel", ["simt", "mma", "wgmma"])
+@pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.stem)
+def test_every_golden_passes_with_each_attention_kernel(path, tmp_path, kernel):
+    r = run(path, tmp_path / "out.kdtr", "cuda", "--kernel", kernel)
+    if r.returncode == 3:  # the kernel does not apply to these dims: it must say why
+        assert f"--kernel {kernel} needs" in r.stderr, r.stderr
+        return
     assert r.returncode == 0, r.stderr
     assert judge(Golden.read(path), tmp_path / "out.kdtr").status == Status.PASS
 
@@ -60,13 +79,22 @@ def _bump(value):
     ({"target_w_kv": _bump(0.3)}, "input.target_w_kv", "element 0 = 0.30"),
     ({"kv_cache": lambda a: a[:, :40]}, "input.kv_cache", "S = 40 rows, step"),
 ])
-def test_bad_inputs_name_the_file_and_tensor(tmp_path, changes, tensor, msg):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_inputs_name_the_file_and_tensor(tmp_path, changes, tensor, msg, backend):
     bad = _edited(tmp_path, **changes)
-    r = run(bad, tmp_path / "out.kdtr")
+    r = run(bad, tmp_path / "out.kdtr", backend)
     assert r.returncode == 2, r.stderr
     assert str(bad) in r.stderr and tensor in r.stderr and msg in r.stderr, r.stderr
 
 
-def test_cuda_is_not_built_yet(tmp_path):
+def test_kernel_option_is_for_cuda_only(tmp_path):
+    r = run(GOLDENS[0], tmp_path / "out.kdtr", "cpu", "--kernel", "mma")
+    assert r.returncode == 2 and "--kernel mma applies to --backend cuda only" in r.stderr, r.stderr
+    r = run(GOLDENS[0], tmp_path / "out.kdtr", "cpu", "--kernel", "fast")
+    assert r.returncode == 2 and "--kernel must be auto, simt, mma or wgmma" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="a GPU is present: the cuda backend runs")
+def test_cuda_without_a_gpu_is_not_supported(tmp_path):
     r = run(GOLDENS[0], tmp_path / "out.kdtr", backend="cuda")
-    assert r.returncode == 3 and "ddtree_decode has no CUDA implementation yet" in r.stderr, r.stderr
+    assert r.returncode == 3 and "backend cuda not supported" in r.stderr, r.stderr

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +54,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import kdtr
-from conftest import REPO_ROOT, op_binary
+from conftest import REPO_ROOT, cuda_device_present, op_binary
 from kdtr.generators.gen_tree_build_refs import NEAR_TIE_ORDINARY, NEAR_TIE_TINY, drafter_rows
 from kdtr.ops.tree_build import OUTPUTS, STATUS_NAMES, tree_build
 
@@ -64,18 +63,7 @@ MAX_EXAMPLES = int(os.environ.get("KDTR_TREE_BUILD_EXAMPLES", "25"))
 MAX_B, MAX_D, MAX_K, MAX_N = 64, 8, 32, 300
 
 
-def _cuda_device() -> bool:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return False
-    try:
-        r = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return r.returncode == 0 and "GPU" in r.stdout
-
-
-HAS_CUDA = _cuda_device()
+HAS_CUDA = cuda_device_present()
 BACKENDS = [
     pytest.param("cpu", id="cpu"),
     pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
