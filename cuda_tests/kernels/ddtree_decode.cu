@@ -14,9 +14,10 @@
 // contract, and only their argmax matters: the goldens' margins exceed that error 20x.
 //
 // The step checks of the CPU backend (tree_build's status, the cache rows a step needs,
-// tree_accept's status) are made on the device: the first failure is kept in the error
-// record of the workspace (first writer wins) and every later launch of the decode does
-// nothing but keep the lengths valid (tree_len 0), so no kernel reads or writes past S.
+// tree_accept's status) are made on the device: the failure the CPU would report (the first
+// step's, the lowest request's) is kept in the workspace's stop record and every later
+// launch of the decode does nothing but keep the lengths valid (tree_len 0), so no kernel
+// reads or writes past S.
 
 #include <cuda_runtime.h>
 
@@ -40,13 +41,20 @@ constexpr int kThreads = 256;
   } while (0)
 constexpr int kWarps = kThreads / 32;
 
+// The device's record of a stopped decode: key = request << 2 | kind (kNoStop: none).
+constexpr unsigned long long kNoStop = ~0ull;
+struct StopRecord {
+  unsigned long long key;
+  int32_t step, stage;  // stage INT32_MAX: none
+};
+
 // The workspace's arrays, each at a 256-byte boundary.
 struct Layout {
   size_t lp, ids, budget, depth_limit;  // drafts [B,D,K], [B]
   size_t node_count, node_token_ids, node_depths, parents, next_token, next_sibling, visibility, status;
   size_t tree_len, q, c, cache, out, lse, predict;                         // step
   size_t accepted_count, accepted_path, proposed, accept_status, n, root;  // accept, state
-  size_t s, x, lp_all, taken, y, error, bytes;                             // scratch
+  size_t s, x, lp_all, taken, y, error, error_value, bytes;                // scratch
 };
 
 size_t take(size_t* at, int64_t count, size_t item) {
@@ -89,7 +97,8 @@ Layout layout(const DdtreeDecodeParams& p) {
   l.lp_all = take(&at, B * p.V, 4);
   l.taken = take(&at, B * p.V, 1);
   l.y = take(&at, B * T * p.E, 8);
-  l.error = take(&at, 1, sizeof(DdtreeDecodeError));
+  l.error = take(&at, 1, sizeof(StopRecord));
+  l.error_value = take(&at, B, 4);
   l.bytes = at;
   return l;
 }
@@ -112,7 +121,8 @@ struct Loop {
   double *s, *x, *y;
   float* lp_all;
   uint8_t* taken;
-  DdtreeDecodeError* error;
+  StopRecord* error;
+  int32_t* error_value;  // [B]: the value of the request's failed check
 };
 
 Loop loop_of(const DdtreeDecodeParams& p, void* ws) {
@@ -143,19 +153,27 @@ Loop loop_of(const DdtreeDecodeParams& p, void* ws) {
   o.y = at<double>(ws, l.y);
   o.lp_all = at<float>(ws, l.lp_all);
   o.taken = at<uint8_t>(ws, l.taken);
-  o.error = at<DdtreeDecodeError>(ws, l.error);
+  o.error = at<StopRecord>(ws, l.error);
+  o.error_value = at<int32_t>(ws, l.error_value);
   return o;
 }
 
-__device__ bool stopped(const Loop& o) { return *reinterpret_cast<volatile const int32_t*>(&o.error->kind) != 0; }
+// The stages that check: step k's projection (2k) and commit (2k + 1).  A launch of stage
+// `stage` does nothing where the decode stopped at an earlier stage; failures found by one
+// launch are all recorded, so that the record is the one the CPU backend reports.
+__device__ bool stopped_before(const Loop& o, int64_t stage) {
+  return *reinterpret_cast<volatile const int32_t*>(&o.error->stage) < stage;
+}
 
-// Keep the first failure (the record is cleared by the init kernel of each run).
-__device__ void record(const Loop& o, int32_t kind, int64_t b, int64_t k, int64_t value) {
-  if (atomicCAS(&o.error->kind, 0, kind) == 0) {
-    o.error->request = static_cast<int32_t>(b);
-    o.error->step = static_cast<int32_t>(k);
-    o.error->value = static_cast<int32_t>(value);
-  }
+// A failed check of request b at step k (stage 2k or 2k + 1).  The record keeps the first
+// stage's failures (every later stage does nothing) and of those the lowest request's (the
+// key's order: the CPU's, which stops at the first request that fails).  A request fails
+// one check per stage, found by one thread: its value needs no atomic.
+__device__ void record(const Loop& o, int32_t kind, int64_t b, int64_t k, int64_t stage, int64_t value) {
+  o.error_value[b] = static_cast<int32_t>(value);
+  o.error->step = static_cast<int32_t>(k);  // the same k from every writer
+  atomicMin(&o.error->stage, static_cast<int32_t>(stage));
+  atomicMin(&o.error->key, static_cast<unsigned long long>(b) << 2 | static_cast<unsigned long long>(kind));
 }
 
 // (value, id) pairs: the larger value first, the lower id among equal values.
@@ -203,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) init_kernel(const __grid_constant__ 
   if (threadIdx.x == 0) {
     o.n[b] = static_cast<int32_t>(n);
     o.root[b] = p.root_token_ids[b];
-    if (b == 0) *o.error = DdtreeDecodeError{0, 0, 0, 0};
+    if (b == 0) *o.error = StopRecord{kNoStop, 0, INT32_MAX};
   }
 }
 
@@ -220,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) draft_kernel(const __grid_constant__
     o.budget[b] = p.budget[b * R + k];
     o.depth_limit[b] = p.depth_limit[b * R + k];
   }
-  if (stopped(o)) return;
+  if (stopped_before(o, 2 * k)) return;
   double* s = o.s + b * V;
   double* x = o.x + b * V;
   float* lp = o.lp_all + b * V;
@@ -273,11 +291,13 @@ __global__ void __launch_bounds__(kThreads) project_kernel(const __grid_constant
   const int64_t b = blockIdx.x / T, slot = blockIdx.x % T;
   const bool lead = slot == 0 && threadIdx.x == 0;
   const int64_t tl = static_cast<int64_t>(o.node_count[b]) + 1, n0 = o.n[b];
-  if (stopped(o) || o.status[b] != 0 || n0 + tl > S) {
+  const bool earlier = stopped_before(o, 2 * k);
+  if (earlier || o.status[b] != 0 || n0 + tl > S) {
     if (lead) {
       o.tree_len[b] = 0;  // verify_attn reads no tree row of this request
-      if (o.status[b] != 0) record(o, KDTR_DDTREE_DECODE_TREE_BUILD_STATUS, b, k, o.status[b]);
-      else if (n0 + tl > S) record(o, KDTR_DDTREE_DECODE_CACHE_ROWS, b, k, n0 + tl);
+      if (earlier) return;
+      if (o.status[b] != 0) record(o, KDTR_DDTREE_DECODE_TREE_BUILD_STATUS, b, k, 2 * k, o.status[b]);
+      else record(o, KDTR_DDTREE_DECODE_CACHE_ROWS, b, k, 2 * k, n0 + tl);
     }
     return;
   }
@@ -314,7 +334,7 @@ __global__ void __launch_bounds__(kThreads) predict_kernel(const __grid_constant
   const int64_t T = p.N + 1, E = p.E, HDv = p.H * p.Dv, V = p.V, R = p.R;
   const int64_t b = blockIdx.x / T, slot = blockIdx.x % T;
   __shared__ Best red[kWarps];
-  if (stopped(o)) return;
+  if (stopped_before(o, 2 * k + 1)) return;
   const float* out = o.out + (b * T + slot) * HDv;
   float* dst = p.attn_out + ((b * R + k) * T + slot) * HDv;
   for (int64_t j = threadIdx.x; j < HDv; j += kThreads) dst[j] = out[j];
@@ -348,9 +368,9 @@ __global__ void __launch_bounds__(kThreads) commit_kernel(const __grid_constant_
   const DdtreeDecodeParams& p = o.p;
   const int64_t T = p.N + 1, Dqk = p.Dqk, S = p.S, R = p.R;
   const int64_t b = blockIdx.x;
-  if (stopped(o)) return;
+  if (stopped_before(o, 2 * k + 1)) return;
   if (o.accept_status[b] != 0) {
-    if (threadIdx.x == 0) record(o, KDTR_DDTREE_DECODE_TREE_ACCEPT_STATUS, b, k, o.accept_status[b]);
+    if (threadIdx.x == 0) record(o, KDTR_DDTREE_DECODE_TREE_ACCEPT_STATUS, b, k, 2 * k + 1, o.accept_status[b]);
     return;
   }
   const int64_t a = o.accepted_count[b], n0 = o.n[b];
@@ -471,11 +491,19 @@ cudaError_t launch_ddtree_decode(const DdtreeDecodeParams& p, const DdtreeDecode
 
 cudaError_t ddtree_decode_read_error(const DdtreeDecodeParams& p, const void* workspace, cudaStream_t stream,
                                      DdtreeDecodeError* out) {
-  *out = DdtreeDecodeError{0, 0, 0, 0};
+  *out = DdtreeDecodeError{KDTR_DDTREE_DECODE_OK, 0, 0, 0};
   if (p.B <= 0) return cudaSuccess;
-  const cudaError_t err = cudaStreamSynchronize(stream);
-  if (err != cudaSuccess) return err;
-  return cudaMemcpy(out, static_cast<const char*>(workspace) + layout(p).error, sizeof *out, cudaMemcpyDeviceToHost);
+  KDTR_DDTREE_CHECK(cudaStreamSynchronize(stream));
+  const Layout l = layout(p);
+  const char* ws = static_cast<const char*>(workspace);
+  StopRecord r{};
+  KDTR_DDTREE_CHECK(cudaMemcpy(&r, ws + l.error, sizeof r, cudaMemcpyDeviceToHost));
+  if (r.key == kNoStop) return cudaSuccess;
+  const int64_t b = static_cast<int64_t>(r.key >> 2);
+  int32_t value = 0;
+  KDTR_DDTREE_CHECK(cudaMemcpy(&value, ws + l.error_value + b * 4, sizeof value, cudaMemcpyDeviceToHost));
+  *out = DdtreeDecodeError{static_cast<int32_t>(r.key & 3u), static_cast<int32_t>(b), r.step, value};
+  return cudaSuccess;
 }
 
 }  // namespace kdtr

@@ -98,3 +98,16 @@ def test_kernel_option_is_for_cuda_only(tmp_path):
 def test_cuda_without_a_gpu_is_not_supported(tmp_path):
     r = run(GOLDENS[0], tmp_path / "out.kdtr", backend="cuda")
     assert r.returncode == 3 and "backend cuda not supported" in r.stderr, r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (`nvidia-smi -L` lists no GPU)")
+@pytest.mark.parametrize("rows", [40, 20, 13])
+def test_a_short_cache_stops_both_backends_at_the_same_request_and_step(tmp_path, rows):
+    # Several requests run out of rows, in one step or in different ones: the device's stop
+    # record must name the request and step the CPU names (the first step's lowest request).
+    bad = _edited(tmp_path, kv_cache=lambda a: a[:, :rows], prefix_len=lambda a: np.minimum(a, rows))
+    cpu, cuda = (run(bad, tmp_path / f"out-{b}.kdtr", b) for b in ("cpu", "cuda"))
+    assert cpu.returncode == cuda.returncode == 2, (cpu.stderr, cuda.stderr)
+    assert "input.kv_cache: request" in cpu.stderr and f"S = {rows} rows" in cpu.stderr, cpu.stderr
+    assert cpu.stderr == cuda.stderr, (cpu.stderr, cuda.stderr)
