@@ -18,18 +18,22 @@ el() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$OUT/ddtree-decode.txt
 el "commit ${KDTR_COMMIT:-unknown}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
 make -j"$(nproc)" build lib > "$OUT/build.log" 2>&1 || { el "build failed"; tail -30 "$OUT/build.log"; exit 1; }
 el "built: $(tail -1 "$OUT/build.log")"
-timeout 200 python3 -m kdtr.cli run -j 8 --timeout 150 --backend cuda --backend cpu --require-backend cuda \
+timeout 170 python3 -m kdtr.cli run -j 8 --timeout 150 --backend cuda --backend cpu --require-backend cuda \
   --tier all --only ddtree_decode --kernel ddtree_decode=auto,simt,mma,wgmma --graph --invariance \
   --report-dir /tmp/r-dd > "$OUT/run-ddtree.log" 2>&1
 el "ddtree_decode, both tiers, every kernel, graph + invariance: exit $?: $(tail -2 "$OUT/run-ddtree.log" | head -1)"
 cp /tmp/r-dd/conformance.md "$OUT/run-ddtree.md" 2>/dev/null
+# the tests and the four sanitizer sweeps at once (the GPU has room for all of them)
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/binaries/test_ddtree_decode_binary.py \
-  tests/unit/test_torch_decode.py > "$OUT/pytest-gpu.log" 2>&1
-el "pytest -m gpu (binary, torch decode): exit $?: $(tail -1 "$OUT/pytest-gpu.log")"
+  tests/unit/test_torch_decode.py > "$OUT/pytest-gpu.log" 2>&1 &
 for tool in memcheck racecheck initcheck synccheck; do
-  timeout 90 python3 -m kdtr.cli run -j 8 --timeout 80 --backend cuda --require-backend cuda --sanitizer "$tool" \
-    --only ddtree_decode --kernel ddtree_decode=auto,mma --report-dir "/tmp/san-$tool" > "$OUT/san-$tool.log" 2>&1
-  el "$tool over the committed ddtree_decode goldens (auto, mma): exit $?: $(tail -2 "$OUT/san-$tool.log" | head -1)"
+  timeout 150 python3 -m kdtr.cli run -j 2 --timeout 140 --backend cuda --require-backend cuda --sanitizer "$tool" \
+    --only ddtree_decode --kernel ddtree_decode=auto,mma --report-dir "/tmp/san-$tool" > "$OUT/san-$tool.log" 2>&1 &
+done
+wait
+el "pytest -m gpu (binary, torch decode): $(tail -1 "$OUT/pytest-gpu.log")"
+for tool in memcheck racecheck initcheck synccheck; do
+  el "$tool over the committed ddtree_decode goldens (auto, mma): $(tail -2 "$OUT/san-$tool.log" | head -1)"
 done
 for g in golden/ddtree_decode/batch.kdtr golden/.cache/ddtree_decode/k2_dims.kdtr; do
   [ -f "$g" ] || continue
