@@ -5,7 +5,8 @@
 # verify_attn kernel forced, under --graph --invariance; the gpu-marked tests of the binary and
 # of the torch decode (tests/unit/test_torch_decode.py: the loop through the torch ops on the
 # GPU); compute-sanitizer memcheck, racecheck, initcheck and synccheck over the committed
-# goldens; the decode's time per run (--repeat, stream-launched).  Logs to $OUT (default
+# goldens; the decode's time per run (--repeat, stream-launched); then, with the time left,
+# the decode loop's GPU mutants (mutants/gpu/decode.toml).  Logs to $OUT (default
 # ./h200-out).
 #
 #   KDTR_COMMIT=<sha> bash tools/h200_ddtree_decode.sh   (carry .whl and .cache/cutlass)
@@ -40,3 +41,10 @@ for g in golden/ddtree_decode/batch.kdtr golden/.cache/ddtree_decode/k2_dims.kdt
   r=$(build/bin/kdtr_ddtree_decode --input "$g" --output /tmp/dd-t.kdtr --backend cuda --repeat 50 2>&1 | tail -1)
   el "time $(basename "$g") (the whole decode, stream-launched, --repeat 50): $r"
 done
+left=$(( 570 - ($(date +%s) - start) ))
+if [ "$left" -gt 90 ]; then
+  MUTATE_S=$left BACKEND=cuda bash "$(dirname "$0")/h200_mutate.sh" --only 'gpu/decode/*' > "$OUT/mutate-decode.txt" 2>&1
+  el "decode-loop mutants (mutants/gpu/decode.toml): exit $?: $(grep -E 'all' "$OUT/mutate-decode.txt" | head -2 | tr -s ' ')"
+else
+  el "no time left for the decode-loop mutants ($left s)"
+fi

@@ -13,8 +13,9 @@ from kdtr import mutate as mut
 
 # The target kernels (docs/mutation.md, "GPU catalogue"): tree_build's select kernel, heap
 # kernel path and visibility; verify_attn's simt, mma and wgmma kernels; tree_accept's
-# kernel; the host launch code and glue; verify_attn's split-KV code (mutants/gpu/split.toml).
-KERNELS = ("select", "heap", "visibility", "simt", "mma", "wgmma", "tree_accept", "launch", "split")
+# kernel; the host launch code and glue; verify_attn's split-KV code (mutants/gpu/split.toml);
+# ddtree_decode's device loop (mutants/gpu/decode.toml).
+KERNELS = ("select", "heap", "visibility", "simt", "mma", "wgmma", "tree_accept", "launch", "split", "decode")
 MIN_PER_KERNEL = 12
 GPU_DIR = REPO_ROOT / mut.GPU_CATALOGUE_DIR
 
