@@ -418,10 +418,17 @@ def beyond_outputs(op: str, like: Request, T: int, S: int | None = None) -> dict
     return {k: np.asarray(v)[0] for k, v in ref.items()}
 
 
-def padding_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
+def padding_mismatch(name: str, got: np.ndarray, want: np.ndarray, contract: Any = None) -> str | None:
     """None if ``got`` holds the documented values ``want`` (same dtype and shape, equal bit
     for bit, except that a NaN matches any NaN: the reference's NaN is canonical, a kernel's
-    payload is its own); else the first differing index and both values, in words."""
+    payload is its own); else the first differing index and both values, in words.
+
+    ``contract``: for a padding request's rows, the output's :class:`kdtr.contract.Contract`
+    from the golden. Where it is ``allclose`` the finite documented values are held to it
+    (:func:`kdtr.compare.compare`: a padding request's attention is a kernel result like a
+    live request's, the reference's float64 value is not its bits), a documented NaN still
+    to any NaN and every other non-finite value to itself. The slots beyond a request's own
+    T (constants) are compared without one."""
     got, want = np.asarray(got), np.asarray(want)
     if got.dtype != want.dtype or got.shape != want.shape:
         return f"{name}: {got.dtype} {list(got.shape)}, documented {want.dtype} {list(want.shape)}"
@@ -430,6 +437,16 @@ def padding_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str | None
     else:
         g, w = got.astype(np.float64), want.astype(np.float64)
         same = (g.view(np.uint64) == w.view(np.uint64)) | (np.isnan(g) & np.isnan(w))
+        if contract is not None and getattr(contract, "kind", "exact") == "allclose":
+            from .compare import compare  # (compare imports nothing of compose)
+
+            near = np.isfinite(w) & np.isfinite(g)
+            if near.any():
+                r = compare(name, want[near], got[near], contract)
+                if not r.ok:
+                    return (f"{name}: {r.n_mismatch} of {int(near.sum())} finite values outside allclose(atol="
+                            f"{contract.atol:g}, rtol={contract.rtol:g}), max |difference| {r.max_abs:g}")
+                same |= near
         bad = ~same
     if not bad.any():
         return None

@@ -24,7 +24,8 @@ of buffers, the outputs not cleared in between, and writes both replays' outputs
 the golden's expected outputs under its contracts (:func:`kdtr.judge.judge`), and the
 padding rows and the slots beyond each request's own T exactly to the documented values
 (:func:`kdtr.compose.padding_outputs` of the padding rows, :func:`kdtr.compose.beyond_outputs`
-for the slots beyond T; :func:`kdtr.compose.padding_mismatch`: a NaN matches any NaN). PASS
+for the slots beyond T; :func:`kdtr.compose.padding_mismatch`: a NaN matches any NaN; a
+padding row's finite values of an allclose output under the golden's contract). PASS
 only if all of it holds; the first failure names the replay, the request (or padding row)
 and the output.
 
@@ -216,9 +217,12 @@ def _t_mask(dims: tuple[str, ...], shape: tuple[int, ...], t_own: int) -> np.nda
     return mask
 
 
-def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray]) -> list[str]:
+def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray],
+                     contracts: dict[str, Any] | None = None) -> list[str]:
     """Replay ``k`` (0-based): the padding rows and each live row's slots beyond its own T
-    against the documented values; one text per output that differs, naming the row."""
+    against the documented values (a padding request's under ``contracts``, the golden's:
+    :func:`kdtr.compose.padding_mismatch`); one text per output that differs, naming the
+    row."""
     op = plan.meta["op"]
     spec = OPS[op]
     problems: list[str] = []
@@ -252,7 +256,7 @@ def _padding_problems(plan: GraphPlan, k: int, outputs: dict[str, np.ndarray]) -
                     continue
                 got = np.where(mask, got, ref) if got.shape == ref.shape else got
                 what = f"request {order[row]} (batch row {row}) beyond its T = {plan.T}"
-            bad = compose.padding_mismatch(sp.name, got, ref)
+            bad = compose.padding_mismatch(sp.name, got, ref, (contracts or {}).get(sp.name) if padding else None)
             if bad is not None:
                 problems.append(f"replay {k + 1}, {what}: {bad}")
                 break  # one row per output is enough to act on
@@ -325,7 +329,7 @@ def judge(plan: GraphPlan, golden: Golden, out_path: str | os.PathLike, *, kerne
                 req = f", request {r.first[0].index[0]}" if r.first and r.first[0].index else ""
                 problems.append(f"replay {k + 1}{req}: {r.summary()[len(f'replay {k + 1}: '):]}")
         results += v.results
-        problems += _padding_problems(plan, k, outputs)
+        problems += _padding_problems(plan, k, outputs, golden.contracts)
     if problems:
         return Verdict(Status.MISMATCH, "; ".join(problems), results, md)
     return Verdict(Status.PASS, "", results, md)

@@ -465,7 +465,7 @@ def _judge(case: Case, cfg: RunConfig, res: CaseResult, golden: Golden, comps: l
         if got is None:
             return
         differ += _differences(op, c, got, base, base_md, reqs)
-        padding += _padding_differences(op, c, got[0], beyond_cache)
+        padding += _padding_differences(op, c, got[0], beyond_cache, golden.contracts)
     v = judge(golden, runs[0].out, kernel=forced)
     res.outputs = v.results
     detail = [f"{len(comps)} compositions: " + ", ".join(_summary(comps))]
@@ -518,7 +518,8 @@ def _differences(op: str, c: Composition, got: tuple[dict[str, np.ndarray], dict
 
 
 def _padding_differences(op: str, c: Composition, got: dict[str, np.ndarray],
-                         beyond_cache: dict[tuple[int, int | None], dict[str, np.ndarray]]) -> list[str]:
+                         beyond_cache: dict[tuple[int, int | None], dict[str, np.ndarray]],
+                         contracts: dict[str, Any] | None = None) -> list[str]:
     """The padding rows of ``c`` against :func:`kdtr.compose.padding_outputs` (the reference
     on those rows), and the slots beyond a request's own T against
     :func:`kdtr.compose.beyond_outputs` (a padding request's at the batch's T: the
@@ -563,7 +564,8 @@ def _padding_differences(op: str, c: Composition, got: dict[str, np.ndarray],
                 got_k, want_k = got_k[mask], want_row[mask]
             else:
                 want_k = np.asarray(doc[s.name])[pad_rows.index(k)]
-            m = compose.padding_mismatch(s.name, got_k, want_k)
+            m = compose.padding_mismatch(s.name, got_k, want_k,
+                                         (contracts or {}).get(s.name) if k in pad_rows else None)
             if m is not None:
                 what = "padding request" if k in pad_rows else f"slots beyond T = {c.rows[k].T} of {c.rows[k].source}"
                 out.append(f"composition {c.name!r}, row {k} ({what}): {m}")

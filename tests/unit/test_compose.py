@@ -246,3 +246,27 @@ def test_padding_requests_of_tree_accept_and_greedy_step():
     assert np.isnan(lse[0]).all() and np.isneginf(lse[1:]).all()  # row 0 attends to the poisoned cache row 0
     with pytest.raises(ValueError, match="not tree_build"):
         compose.padding_request("tree_build", gs[0])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_padding_mismatch_holds_a_padding_request_to_the_outputs_allclose_contract(dtype):
+    # A padding request's attention is a kernel result (ddtree_decode's attn_out: the
+    # reference's float64 value is not a GPU kernel's bits): within the golden's contract it
+    # is the documented value; outside it, or a non-finite value moved, it is not.
+    from kdtr.contract import Contract
+    from kdtr.dtypes import DTYPE_BY_NAME
+
+    dt = DTYPE_BY_NAME[dtype].numpy
+    c = Contract("allclose", atol=2.0 ** -6)
+    doc = np.array([0.5, np.nan, -np.inf, 0.0], np.float32).astype(dt)
+    near = np.array([0.5 + 2.0 ** -8, np.nan, -np.inf, 2.0 ** -7], np.float32).astype(dt)
+    assert compose.padding_mismatch("o", near, doc, c) is None
+    assert compose.padding_mismatch("o", near, doc) is not None  # without the contract: exact
+    far = near.copy()
+    far[0] = 0.75
+    assert "outside allclose(atol=0.015625" in compose.padding_mismatch("o", far, doc, c)
+    for k, value in [(1, 0.0), (2, 0.0), (2, np.inf)]:
+        moved = near.copy()
+        moved[k] = value
+        assert f"o[{k}]" in compose.padding_mismatch("o", moved, doc, c), (k, value)
+    assert compose.padding_mismatch("o", near, doc, Contract()) is not None  # an exact contract stays exact
