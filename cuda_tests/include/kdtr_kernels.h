@@ -130,7 +130,9 @@ KDTR_API int kdtr_greedy_step_cuda(kdtr_greedy_step_params* p, void* stream);
 /* ddtree_decode (docs/ops/ddtree_decode.md): R DDTree decode steps of a tiny MLA target; the
  * CPU entry checks the values its core trusts (lengths, ranges, the weights' fixed-point
  * rule) and returns KDTR_ERR_INVALID_ARGUMENT for a step needing more than S cache rows;
- * the CUDA entry returns KDTR_ERR_NOT_SUPPORTED (no CUDA implementation yet). */
+ * the CUDA entry returns KDTR_ERR_NOT_SUPPORTED: the device loop (kdtr_ddtree_decode
+ * --backend cuda) needs a workspace and a synchronizing read of its stop record, which this
+ * asynchronous entry has no place for yet. */
 KDTR_API int kdtr_ddtree_decode_cpu(kdtr_ddtree_decode_params* p);
 KDTR_API int kdtr_ddtree_decode_cuda(kdtr_ddtree_decode_params* p, void* stream);
 

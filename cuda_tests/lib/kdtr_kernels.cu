@@ -616,11 +616,12 @@ int kdtr_greedy_step_cuda(kdtr_greedy_step_params* c, void* stream) {
   });
 }
 
-// No CUDA implementation yet (docs/ops/ddtree_decode.md).
+// Not through this entry (kdtr_kernels.h; the binary runs the device loop).
 int kdtr_ddtree_decode_cuda(kdtr_ddtree_decode_params* c, void*) {
   return guarded([&] {
     null_params("ddtree_decode", c);
-    fail(KDTR_ERR_NOT_SUPPORTED, "ddtree_decode: no CUDA implementation yet");
+    fail(KDTR_ERR_NOT_SUPPORTED,
+         "ddtree_decode: no CUDA entry in this library (kdtr_ddtree_decode --backend cuda runs the device loop)");
     return KDTR_OK;
   });
 }
