@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .compare import compare
 from .dtypes import DTYPE_BY_NAME, name_of_dtype
 from .ops import OPS, OpSpec
 
@@ -438,8 +439,6 @@ def padding_mismatch(name: str, got: np.ndarray, want: np.ndarray, contract: Any
         g, w = got.astype(np.float64), want.astype(np.float64)
         same = (g.view(np.uint64) == w.view(np.uint64)) | (np.isnan(g) & np.isnan(w))
         if contract is not None and getattr(contract, "kind", "exact") == "allclose":
-            from .compare import compare  # (compare imports nothing of compose)
-
             near = np.isfinite(w) & np.isfinite(g)
             if near.any():
                 r = compare(name, want[near], got[near], contract)
