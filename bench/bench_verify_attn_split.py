@@ -87,6 +87,26 @@ def tree_vis(rng: np.random.Generator, t: int) -> np.ndarray:
     return vis
 
 
+def point_inputs(rng: np.random.Generator, pool: np.ndarray, b: int, t: int, p: int) -> dict[str, np.ndarray]:
+    """The op's inputs at one point: B=b requests of T=t slots, prefix_len p (module docstring)."""
+    return {
+        "q": np.resize(pool, (b, t, H, DQK)),
+        "kv_cache": np.resize(pool[7:], (b, p + t, DQK)),
+        "prefix_len": np.full(b, p, np.int32),
+        "tree_len": np.full(b, t, np.int32),
+        "visibility": np.stack([tree_vis(rng, t) for _ in range(b)]),
+        "sm_scale": np.array(0.1, np.float32),
+        "d_v": np.array(DV, np.int32),
+    }
+
+
+def write_inputs(path: Path, x: dict[str, np.ndarray], graph: bool) -> None:
+    tens = {f"input.{k}": v for k, v in x.items()}
+    if graph:
+        tens.update({f"replay1.{k}": v for k, v in x.items()})
+    kdtr.save(path, tens, {"op": "verify_attn"})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin" / "kdtr_verify_attn"))
@@ -98,6 +118,7 @@ def main() -> int:
     ap.add_argument("--time-budget", type=float, default=1e9)
     ap.add_argument("--label", default="", help="a name for the binary in the table")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--write-input", type=Path, help="write the first point's input file here and stop (for ncu)")
     args = ap.parse_args()
     t_start = time.time()
     pts = [tuple(int(v) for v in p.split(",")) for p in args.points.split(";")] if args.points else DEFAULT_POINTS
@@ -114,21 +135,14 @@ def main() -> int:
                 print(f"time budget reached: {len(rows)} rows done; stopping before B={b} T={t} prefix={p}")
                 break
             s = p + t
-            vis = np.stack([tree_vis(rng, t) for _ in range(b)])
-            x = {
-                "q": np.resize(pool, (b, t, H, DQK)),
-                "kv_cache": np.resize(pool[7:], (b, s, DQK)),
-                "prefix_len": np.full(b, p, np.int32),
-                "tree_len": np.full(b, t, np.int32),
-                "visibility": vis,
-                "sm_scale": np.array(0.1, np.float32),
-                "d_v": np.array(DV, np.int32),
-            }
-            tens = {f"input.{k}": v for k, v in x.items()}
-            if args.graph:
-                tens.update({f"replay1.{k}": v for k, v in x.items()})
+            x = point_inputs(rng, pool, b, t, p)
+            vis = x["visibility"]
             g = Path(td) / "in.kdtr"
-            kdtr.save(g, tens, {"op": "verify_attn"})
+            write_inputs(g, x, args.graph)
+            if args.write_input:
+                write_inputs(args.write_input, x, args.graph)
+                print(f"wrote {args.write_input} (B={b} T={t} prefix={p})")
+                return 0
             pairs = b * H * (t * p + int(vis.astype(np.int64).sum()))
             flop = 2.0 * pairs * (DQK + DV)
             nbytes = 2 * (b * t * H * DQK + b * s * DQK) + b * t * t + 8 * b + 4 * b * t * H * (DV + 1)

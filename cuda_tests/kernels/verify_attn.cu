@@ -473,6 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Cfg<DQK, DV>;
   extern __shared__ __align__(128) uint8_t smem[];
 
+  if (sa.ws != nullptr) pdl_launch_dependents();  // the combine kernel follows: it may be scheduled now
   // The block's request, row tile and key tiles (split-KV), its lengths checked first
   // (verify_attn_launch.h): nothing of a failing request is read.
   const BlockWork work = block_work(sa, prm, chk.rule);
@@ -758,14 +759,20 @@ __global__ void __launch_bounds__(kThreads)
 // where M = -inf) and w_s = exp(m_s - m_use), the row's sum is l = sum_s w_s l_s (in split
 // order) and out = (sum_s w_s O_s) / l, lse = M + log(l): the online softmax's rescaling
 // applied once per split instead of once per tile, decided by finish_row like the unsplit
-// kernels (a NaN m_s or l_s makes l NaN).  A thread owns 1 row x 4 columns and issues the
-// loads of every split before it sums them (a chain of dependent loads per element was
-// latency-bound: 350 us at B = 1, T = 9, prefix 4096; 4 rows per thread and a block per row
-// tile, 23 us).
+// kernels (a NaN m_s or l_s makes l NaN).  A thread owns 1 row x 4 columns.  It issues
+// all its loads at once -- lane j of a row's 16 threads m_j and l_j, every thread its 4
+// columns of each O_s -- and the row's 16 threads exchange the m_s, l_s and w_s / l by
+// shuffles, folded in split order (the same operations, in the same order, as one thread
+// per row would do), so the block has no barrier and no shared memory, and its only wait
+// is one round trip to memory.  (A chain of dependent loads per element was
+// latency-bound: 350 us at B = 1, T = 9, prefix 4096; weights by 16 threads, a barrier,
+// then the O_s loads: two round trips.)  Launched with programmatic dependent launch where
+// the device has it (VerifyAttnPlan::pdl): pdl_wait_primary first, in every block.
 constexpr int kCombineCols = 64;
 constexpr int kCombineRows = 16;  // rows per block: kThreads / (kCombineCols / 4)
 __global__ void __launch_bounds__(kThreads)
     verify_attn_combine_kernel(const __grid_constant__ VerifyAttnProblem prm, SplitArgs sa, VerifyAttnCheck chk) {
+  pdl_wait_primary();  // the attention grid's partials are complete and visible past this point
   constexpr int kQuarters = kBM / kCombineRows;
   const int b = static_cast<int>(blockIdx.x) / (sa.row_tiles_T * kQuarters);
   const int tq = static_cast<int>(blockIdx.x) - b * sa.row_tiles_T * kQuarters;
@@ -778,82 +785,78 @@ __global__ void __launch_bounds__(kThreads)
   const int T = static_cast<int>(prm.T), H = static_cast<int>(prm.H), d_v = static_cast<int>(prm.d_v);
   const int M = T * H, m0 = tile * kBM, valid_rows = tl * H;
   const int rows = min(kBM, M - m0);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int k = tid >> 4, r = r0 + k;  // this thread's row: k of the 16
+  const int lane16 = tid & 15, c = static_cast<int>(blockIdx.y) * kCombineCols + 4 * lane16;  // and its 4 columns
   const int64_t row_base = static_cast<int64_t>(b) * M + m0;
   const float* const slot0 =
       sa.ws + (static_cast<int64_t>(b) * sa.slots_per_req + tile) * sa.slot_floats;  // split s: + s * rt slots
   const int64_t split_stride = static_cast<int64_t>(rt) * sa.slot_floats;
   const int ml = kBM * sa.ldo;  // m [64] then l [64] after a slot's O
+  // rv: the row exists and has a query (the same for the 16 threads of a row).
+  const bool rv = r < rows && m0 + r < valid_rows, has_cols = c < d_v;
 
-  __shared__ float wgt[kVerifyAttnMaxSplits][kCombineRows];  // w_s / l per row
-  __shared__ RowResult res[kCombineRows];
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid < kCombineRows) {
-    const int r = r0 + tid, m = m0 + r;
-    const bool rv = m < valid_rows;
-    float mx = neg_inf(), l = 0.0f;
-    float w[kVerifyAttnMaxSplits];
-    if (rv) {
+  // Loads: lane j of the row's 16 threads reads m_j and l_j; every thread its 4 columns of
+  // each O_s.  The 16 m_s, l_s reach every thread of the row by shuffles below, in split order.
+  float m_lane = neg_inf(), l_lane = 0.0f;
+  float4 part[kVerifyAttnMaxSplits];
 #pragma unroll
-      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
-        if (s < splits) mx = verify_attn_max(mx, slot0[s * split_stride + ml + r]);
-      const float m_use = mx == neg_inf() ? 0.0f : mx;
-#pragma unroll
-      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
-        if (s < splits) {
-          const float* const sl = slot0 + s * split_stride;
-          w[s] = exp2f((sl[ml + r] - m_use) * kLog2e);
-          l += w[s] * sl[ml + kBM + r];
-        }
+  for (int s = 0; s < kVerifyAttnMaxSplits; ++s) part[s] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (rv) {
+    if (lane16 < splits) {
+      m_lane = slot0[lane16 * split_stride + ml + r];
+      l_lane = slot0[lane16 * split_stride + ml + kBM + r];
     }
-    const uint8_t* const vrow = prm.visibility + (static_cast<int64_t>(b) * T + (rv ? m / H : 0)) * T;
-    const RowResult rr = finish_row(l, rv, pl, tl, vrow);
-    res[tid] = rr;
-    if (rv && !rr.nan && !rr.zero) {
-#pragma unroll
-      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
-        if (s < splits) wgt[s][tid] = w[s] / l;
-    }
-    if (blockIdx.y == 0 && r < rows) prm.lse[row_base + r] = rr.nan ? quiet_nan() : rr.zero ? neg_inf() : mx + logf(l);
-  }
-  __syncthreads();
-  float* __restrict__ out = prm.out;
-  const int c = static_cast<int>(blockIdx.y) * kCombineCols + 4 * (tid & 15);  // this thread's 4 columns
-  if (c >= d_v) return;
-  const bool vec = (d_v & 3) == 0;
-  {
-    const int k = tid >> 4, r = r0 + k;  // this thread's row: k of the block's 16
-    if (r >= rows) return;
-    const RowResult rr = res[k];
-    float4 v;
-    if (rr.nan || rr.zero) {
-      const float x = rr.nan ? quiet_nan() : 0.0f;
-      v = make_float4(x, x, x, x);
-    } else {
-      float4 part[kVerifyAttnMaxSplits];
+    if (has_cols) {
       const float* const src = slot0 + static_cast<int64_t>(r) * sa.ldo + c;
 #pragma unroll
       for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
         if (s < splits) part[s] = __ldcs(reinterpret_cast<const float4*>(src + s * split_stride));
-      v = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
-        if (s < splits) {
-          const float ws = wgt[s][k];
-          v.x = fmaf(ws, part[s].x, v.x);
-          v.y = fmaf(ws, part[s].y, v.y);
-          v.z = fmaf(ws, part[s].z, v.z);
-          v.w = fmaf(ws, part[s].w, v.w);
-        }
     }
-    float* const orow = out + (row_base + r) * d_v;
-    if (vec) {
-      *reinterpret_cast<float4*>(orow + c) = v;
-    } else {
-      const float e[4] = {v.x, v.y, v.z, v.w};
+  }
+  // Every thread of the block runs the shuffles (no exit before them; splits is the block's).
+  constexpr unsigned kAll = 0xffffffffu;
+  float mx = neg_inf();
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if (c + q < d_v) orow[c + q] = e[q];
+  for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+    if (s < splits) mx = verify_attn_max(mx, __shfl_sync(kAll, m_lane, s, 16));
+  const float m_use = mx == neg_inf() ? 0.0f : mx;
+  float l = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+    if (s < splits) {
+      const float w = exp2f((__shfl_sync(kAll, m_lane, s, 16) - m_use) * kLog2e);
+      l += w * __shfl_sync(kAll, l_lane, s, 16);
     }
+  if (!rv) l = 0.0f;
+  const float wl_lane = exp2f((m_lane - m_use) * kLog2e) / l;  // lane j: w_j / l (used where l is finite, > 0)
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int s = 0; s < kVerifyAttnMaxSplits; ++s)
+    if (s < splits) {
+      const float ws = __shfl_sync(kAll, wl_lane, s, 16);
+      v.x = fmaf(ws, part[s].x, v.x);
+      v.y = fmaf(ws, part[s].y, v.y);
+      v.z = fmaf(ws, part[s].z, v.z);
+      v.w = fmaf(ws, part[s].w, v.w);
+    }
+  if (r >= rows) return;
+  const uint8_t* const vrow = prm.visibility + (static_cast<int64_t>(b) * T + (rv ? (m0 + r) / H : 0)) * T;
+  const RowResult rr = finish_row(l, rv, pl, tl, vrow);
+  if (blockIdx.y == 0 && lane16 == 0) prm.lse[row_base + r] = rr.nan ? quiet_nan() : rr.zero ? neg_inf() : mx + logf(l);
+  if (!has_cols) return;
+  if (rr.nan || rr.zero) {
+    const float x = rr.nan ? quiet_nan() : 0.0f;
+    v = make_float4(x, x, x, x);
+  }
+  float* const orow = prm.out + (row_base + r) * d_v;
+  if ((d_v & 3) == 0) {
+    *reinterpret_cast<float4*>(orow + c) = v;
+  } else {
+    const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (c + q < d_v) orow[c + q] = e[q];
   }
 }
 
@@ -1114,6 +1117,13 @@ cudaError_t verify_attn_plan(const VerifyAttnProblem& p, VerifyAttnKernel reques
   plan->name = info.name;
   plan->workspace_bytes = splits_kv(id) ? split.bytes : 0;
   plan->workspace = nullptr;
+  plan->pdl = false;
+  if (splits_kv(id)) {
+    DeviceAttrs a{};
+    const cudaError_t err = device_attrs(device, &a);
+    if (err != cudaSuccess) return err;
+    plan->pdl = a.major >= 9;
+  }
   return cudaSuccess;
 }
 
@@ -1273,8 +1283,17 @@ cudaError_t launch_verify_attn(const VerifyAttnProblem& p, const VerifyAttnPlan&
     if (err != cudaSuccess || sa.ws == nullptr) return err;
     const dim3 cgrid(static_cast<unsigned>(p.B * lay.row_tiles_T * (kBM / kCombineRows)),
                      static_cast<unsigned>(ceil_div(p.d_v, kCombineCols)));
-    verify_attn_combine_kernel<<<cgrid, kThreads, 0, stream>>>(p, sa, chk);
-    return cudaGetLastError();
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = cgrid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = plan.pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, verify_attn_combine_kernel, p, sa, chk);
   }
   const InstanceInfo info = instance_info(plan.instance);
   if (info.fn == nullptr) return cudaErrorInvalidValue;

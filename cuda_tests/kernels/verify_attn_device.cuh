@@ -41,6 +41,24 @@ struct VerifyAttnCheck {
 
 namespace va_device {
 
+// Programmatic dependent launch (compute capability 9.0 and up; no-ops below).  The split
+// kernels call pdl_launch_dependents first, so that the combine kernel, launched with the
+// programmatic-serialization attribute (launch_verify_attn), is scheduled while they run;
+// every combine block calls pdl_wait_primary before anything else, which returns once the
+// attention grid has completed and its writes are visible.  Because every combine block
+// waits (the early-returning ones too), the combine grid completes after the attention grid,
+// so the next launch on the stream sees both.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KDTR_VERIFY_ATTN_NO_PDL)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
 __device__ __forceinline__ bool finite_f(float x) { return fabsf(x) <= 3.402823466e38f; }  // false for NaN

@@ -51,6 +51,10 @@ struct VerifyAttnPlan {
   // reserved (verify_attn_reserve).
   size_t workspace_bytes = 0;
   void* workspace = nullptr;
+  // Launch the split-KV combine kernel with programmatic dependent launch (compute
+  // capability 9.0 and up; verify_attn_plan sets it from the device): its blocks start
+  // while the attention kernel runs and wait for it with griddepcontrol.wait.
+  bool pdl = false;
 };
 
 // Pick the kernel for `p` given the `requested` one on `device`.  Returns

@@ -165,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   SharedStorage& sm = *reinterpret_cast<SharedStorage*>(smem_raw);
 
+  if (sa.ws != nullptr) pdl_launch_dependents();  // the combine kernel follows: it may be scheduled now
   // The block's request, row tile and key tiles (split-KV, verify_attn_device.cuh), its
   // lengths checked first (verify_attn_launch.h): nothing of a failing request is read.
   const BlockWork work = block_work(sa, prm, chk.rule);
