@@ -27,9 +27,9 @@ R=$PWD
 POINTS=${POINTS:-"1,9,4096;1,9,16384;1,65,16384;2,33,16384;8,65,4096;1,9,1024;64,9,1024"}
 el "commit ${KDTR_COMMIT:-unknown}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
 if has build; then
-  (make -j8 build lib > "$OUT/build.log" 2>&1; echo "exit $?" >> "$OUT/build.log") &
+  (make -j8 ${BUILD_TARGETS:-build lib} > "$OUT/build.log" 2>&1; echo "exit $?" >> "$OUT/build.log") &
   rm -rf /tmp/b-old /tmp/b-nopdl && cp -r .devscratch/old /tmp/b-old && mkdir -p /tmp/b-nopdl &&
-    cp -r Makefile cuda_tests /tmp/b-nopdl/ && ln -sfn "$R/.cache" /tmp/b-old/.cache && ln -sfn "$R/.cache" /tmp/b-nopdl/.cache
+    cp -r Makefile cuda_tests tools /tmp/b-nopdl/ && ln -sfn "$R/.cache" /tmp/b-old/.cache && ln -sfn "$R/.cache" /tmp/b-nopdl/.cache
   (cd /tmp/b-old && KDTR_CRC=zlib make -j3 build/bin/kdtr_verify_attn > "$OUT/build-old.log" 2>&1; echo "exit $?" >> "$OUT/build-old.log") &
   (cd /tmp/b-nopdl && KDTR_CRC=zlib make -j3 NVCCFLAGS="-O2 -DKDTR_VERIFY_ATTN_NO_PDL" build/bin/kdtr_verify_attn \
      > "$OUT/build-nopdl.log" 2>&1; echo "exit $?" >> "$OUT/build-nopdl.log") &
@@ -41,7 +41,7 @@ fi
 if has bench; then
   CEIL=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import bench_verify_attn_split as b; t, g = b.ceilings(); print(f'{t:.1f},{g:.0f}')")
   el "ceilings (bf16 TFLOP/s, copy GB/s): $CEIL"
-  for v in old nopdl new; do
+  for v in ${BENCH_VARIANTS:-old nopdl new}; do
     bin=build/bin/kdtr_verify_attn; [ $v != new ] && bin=/tmp/b-$v/build/bin/kdtr_verify_attn
     timeout 150 python3 bench/bench_verify_attn_split.py --bin "$bin" --label "$v" --points "$POINTS" --graph \
       --ceilings "$CEIL" --out "$OUT/bench-points.md" 2>&1 | tail -30
@@ -75,6 +75,8 @@ if has profile; then
   done
 fi
 if has sweep; then
+  SWEEP_S=${SWEEP_S:-$(( ${DEADLINE:-560} - ($(date +%s) - start) - 40 ))}
+  el "sweep for $SWEEP_S s"
   timeout $(( ${SWEEP_S:-300} + 60 )) python3 bench/bench_verify_attn_split.py --graph --time-budget "${SWEEP_S:-300}" \
     --label "split-KV, PDL combine" --out "$OUT/sweep.md" 2>&1 | tail -12
   el "sweep done"
