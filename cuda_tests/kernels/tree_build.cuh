@@ -322,8 +322,9 @@ constexpr int32_t kTreeSelectRefines = 6;  // threshold raises per depth before 
 KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; }
 
 // The collected nodes, structure of arrays of `cap` entries (entry = one draft node).
-// After the sort, `ek` holds the order (int32, up to 2 * cap entries: the sort pads to a
-// power of two) and `w` the slot of each selected entry (int32).
+// After the sort, `ek` holds the order (int32: n entries, or up to 2 * cap for the bitonic
+// sort, which pads to a power of two; `tmp` was the rank sort's second buffer) and `w` the
+// slot of each selected entry (int32).
 struct TreeSelectSet {
   double* w;          // score (float64, the contract's evaluation)
   double* ek;         // effective key
@@ -402,6 +403,9 @@ struct TreeSelectSerialTeam {
     return old;
   }
   KDTR_HD void min_u64(uint64_t* p, uint64_t v) { *p = v < *p ? v : *p; }
+  // tree_select_sort's chunk: small, so that the CPU backend runs the merge rounds on
+  // every set of more than 8 entries (the CUDA teams use larger chunks).
+  KDTR_HD int32_t sort_chunk() const { return 8; }
 };
 
 // Children of one parent at depth d = row + 1, in rank order, while their ek >= theta:
@@ -492,6 +496,64 @@ KDTR_HD inline void tree_select_compact(Team& t, TreeSelectSet s, double theta, 
   }
   *n = live;
   *plo = new_plo;
+}
+
+// True iff entry a comes before entry b in the queue's order: larger w first, equal w
+// (by value: -0.0 == +0.0) by rank path (tree_build_rank_path_less), a != b.
+KDTR_HD inline bool tree_select_before(const TreeSelectSet& s, int32_t a, int32_t b) {
+  const double wa = s.w[a], wb = s.w[b];
+  return wa > wb ||
+         (wa == wb && tree_build_rank_path_less(s.dep[a], s.rk[a], s.par[a], s.dep[b], s.rk[b], s.par[b], s.par, s.rk));
+}
+
+// Entries [0, n) of the set sorted by tree_select_before into order[0, n), by the team,
+// with a scratch array tmp of n int32 (order and tmp must not overlap the set's w, dep,
+// rk, par).  The order is strict and total, so an entry's place is the number of entries
+// before it, whatever the algorithm:
+//   1. chunks of C = t.sort_chunk() consecutive entries: each entry counts the entries of
+//      its chunk that come before it (all pairs, no barrier; the lanes of a warp scan the
+//      same chunk, so each score load is one broadcast) and lands at chunk start + count;
+//   2. rounds R = C, 2C, ...: sorted runs [kR, kR + R) merged pairwise: an entry at local
+//      index i of its run moves to (pair start) + i + (entries of the partner run before
+//      it), a binary search; one barrier per round (about log2(n / C) of them, instead of a
+//      bitonic network's log2(P)(log2(P) + 1)/2 stages).
+// Every lane reads the scores, ranks and parents only; ties cost the rank-path walk.
+KDTR_HD_TEMPLATE
+template <class Team>
+KDTR_HD inline void tree_select_sort(Team& t, const TreeSelectSet& s, int32_t n, int32_t* order, int32_t* tmp) {
+  const int32_t lane = t.lane(), lanes = t.lanes(), C = t.sort_chunk();
+  for (int32_t e = lane; e < n; e += lanes) {
+    const int32_t c0 = e / C * C, c1 = c0 + C < n ? c0 + C : n;
+    int32_t before = 0;
+    for (int32_t j = c0; j < c1; ++j) before += j != e && tree_select_before(s, j, e) ? 1 : 0;
+    order[c0 + before] = e;
+  }
+  t.sync();
+  int32_t* src = order;
+  int32_t* dst = tmp;
+  for (int32_t R = C; R < n; R <<= 1) {
+    for (int32_t i = lane; i < n; i += lanes) {
+      const int32_t k = i / R, own0 = k * R;
+      const int32_t p0 = (k ^ 1) * R;
+      const int32_t p1 = p0 + R < n ? p0 + R : n;
+      const int32_t e = src[i];
+      int32_t lo = p0, hi = p0 < n ? p1 : p0;  // partner run [p0, p1), empty past n
+      while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (tree_select_before(s, src[mid], e)) lo = mid + 1;
+        else hi = mid;
+      }
+      dst[(k & ~1) * R + (i - own0) + (lo - p0)] = e;
+    }
+    t.sync();
+    int32_t* x = src;
+    src = dst;
+    dst = x;
+  }
+  if (src != order) {
+    for (int32_t i = lane; i < n; i += lanes) order[i] = src[i];
+    t.sync();
+  }
 }
 
 // The select build of one valid request (status OK, budget >= 1, depth_limit >= 1, K >= 1,
@@ -654,36 +716,44 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
   bool clamped = false;
   for (int32_t e = lane; e < n; e += lanes) clamped = clamped || s.clamped[e] != 0;
   if (t.any(clamped)) return false;
-  // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order:
-  // larger w first, equal w by rank path (tree_build_rank_path_less), padding last.
+  // Sort the entry indices by the order (larger w first, equal w by rank path):
+  // tree_select_sort, a rank sort of chunks merged by binary search, for a team with a
+  // sort chunk; else (t.sort_chunk() == 0: the CUDA block teams unless the kernels are built
+  // with KDTR_TREE_BUILD_FAST, tree_build.cu) the bitonic sort below.
   int32_t* order = reinterpret_cast<int32_t*>(s.ek);
-  const double* w = s.w;
-  int32_t P = 1;
-  while (P < n) P <<= 1;
-  for (int32_t i = lane; i < P; i += lanes) order[i] = i < n ? i : -1;
-  t.sync();
-  for (int32_t k = 2; k <= P; k <<= 1) {
-    for (int32_t j = k >> 1; j > 0; j >>= 1) {
-      for (int32_t i = lane; i < P; i += lanes) {
-        const int32_t l = i ^ j;
-        if (l <= i) continue;
-        const int32_t a = order[i], b = order[l];
-        // lo_first: the entry that must come first of the pair (a at i, b at l)
-        bool b_first;
-        if (a < 0 || b < 0) {
-          b_first = a < 0 && b >= 0;
-        } else {
-          const double wa = w[a], wb = w[b];
-          b_first = wb > wa || (wb == wa && tree_build_rank_path_less(s.dep[b], s.rk[b], s.par[b], s.dep[a], s.rk[a],
-                                                                      s.par[a], s.par, s.rk));
+  if (t.sort_chunk() > 0) {
+    tree_select_sort(t, s, n, order, s.tmp);
+  } else {
+    // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order:
+    // larger w first, equal w by rank path (tree_build_rank_path_less), padding last.
+    const double* w = s.w;
+    int32_t P = 1;
+    while (P < n) P <<= 1;
+    for (int32_t i = lane; i < P; i += lanes) order[i] = i < n ? i : -1;
+    t.sync();
+    for (int32_t k = 2; k <= P; k <<= 1) {
+      for (int32_t j = k >> 1; j > 0; j >>= 1) {
+        for (int32_t i = lane; i < P; i += lanes) {
+          const int32_t l = i ^ j;
+          if (l <= i) continue;
+          const int32_t a = order[i], b = order[l];
+          // lo_first: the entry that must come first of the pair (a at i, b at l)
+          bool b_first;
+          if (a < 0 || b < 0) {
+            b_first = a < 0 && b >= 0;
+          } else {
+            const double wa = w[a], wb = w[b];
+            b_first = wb > wa || (wb == wa && tree_build_rank_path_less(s.dep[b], s.rk[b], s.par[b], s.dep[a], s.rk[a],
+                                                                        s.par[a], s.par, s.rk));
+          }
+          const bool swap = (i & k) == 0 ? b_first : !b_first;
+          if (swap) {
+            order[i] = b;
+            order[l] = a;
+          }
         }
-        const bool swap = (i & k) == 0 ? b_first : !b_first;
-        if (swap) {
-          order[i] = b;
-          order[l] = a;
-        }
+        t.sync();
       }
-      t.sync();
     }
   }
   const int32_t placed = n < budget ? n : budget;
