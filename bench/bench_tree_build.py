@@ -38,6 +38,13 @@ D=16, K=16:
   (2 x bytes / time, read + write), each the median of 20 runs timed with CUDA events.
   Without torch or its CUDA the rates are n/a.
 
+``--graph`` also times each kernel inside a replayed CUDA graph (the binary's ``--graph
+--repeat R``, docs/binaries.md "Graph replay": the launches captured once, each sample one
+``cudaGraphLaunch`` between device events, so the host's launch cost is left out): the
+input file then holds the batch twice (``replay1.*`` and ``input.*``, the same data), and
+the second replay's outputs must equal the reference too. The table gains two columns,
+graph us/batch (median and min).
+
 Outputs over ``KDTR_MAX_OUTPUT_BYTES`` (4 GiB by default; B=256, N=4096 needs 4.3 GB)
 raise that limit for this process and the binaries it starts.
 
@@ -56,7 +63,7 @@ Usage (from the repository root, after ``make``):
 
     python3 bench/bench_tree_build.py [--out docs/benchmarks.md] [--device 0] [--repeat 200]
         [--kernels select,heap] [--batches 1,4,16,64,256] [--budgets 64,256,1024,4096]
-        [--max-ref-work 262144]
+        [--max-ref-work 262144] [--graph]
 
 Exit codes: 0 done (a missed target included: this is a benchmark, not a test); 1 a run
 of the binary failed or an output differs from the reference; 2 bad arguments, the binary
@@ -108,6 +115,12 @@ TARGETS = (  # shared/DESIGN.md section 7, select kernel: (B, N, max us, min spe
     (1, 1024, 60.0, None),
     (64, 1024, 150.0, 1500.0),
 )
+STRETCH = (  # the tighter small-batch targets, select kernel: (B, N, max us)
+    (1, 64, 8.0),
+    (1, 1024, 30.0),
+    (64, 1024, 100.0),
+)
+STRETCH_FILL = (256, 4096, 0.80)  # (B, N, min share of the fill rate)
 TIMING_RE = re.compile(r"^timing (.*)$", re.M)
 
 
@@ -131,6 +144,8 @@ class Row:
     med_us: float
     min_us: float
     ok: bool
+    graph_med_us: float | None = None  # --graph: one replay of the captured graph
+    graph_min_us: float | None = None
 
 
 def synth_inputs(rng: np.random.Generator, b: int, n: int) -> dict[str, np.ndarray]:
@@ -192,7 +207,7 @@ def reference_runs(work: int) -> int:
 
 
 def run_binary(binary: Path, golden: Path, out: Path, backend: str, device: int, repeat: int,
-               kernel: str) -> tuple[float, float, dict[str, str]]:
+               kernel: str, graph: bool = False) -> tuple[float, float, dict[str, str]]:
     """(median_us, min_us, every field of the timing line) of `kernel` on `golden`; output in `out`.
 
     Raises:
@@ -200,7 +215,7 @@ def run_binary(binary: Path, golden: Path, out: Path, backend: str, device: int,
             without --kernel gets a sentence saying so) or printed no timing line.
     """
     cmd = [str(binary), "--input", str(golden), "--output", str(out), "--backend", backend,
-           "--device", str(device), "--repeat", str(repeat), "--kernel", kernel]
+           "--device", str(device), "--repeat", str(repeat), "--kernel", kernel] + (["--graph"] if graph else [])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         err = r.stderr.strip()
@@ -329,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"up to B x N = 4W (an untimed full reference run), on those first requests above")
     ap.add_argument("--repeat", type=int, default=200, help="kernel runs timed per configuration and kernel (default 200)")
     ap.add_argument("--seed", type=int, default=20240)
+    ap.add_argument("--graph", action="store_true",
+                    help="also time each kernel inside a replayed CUDA graph (the binary's --graph; CUDA only)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
@@ -381,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
             golden = tmpdir / f"{config}.kdtr"
             kdtr.save(golden, {f"input.{k}": v for k, v in inputs.items()},
                       {"op": "tree_build", "config": config, "max_budget": n})
+            graph_file = tmpdir / f"{config}.graph.kdtr"
+            if args.graph:  # both replays on the same data: replay1.* and input.*
+                kdtr.save(graph_file, {**{f"replay1.{k}": v for k, v in inputs.items()},
+                                       **{f"input.{k}": v for k, v in inputs.items()}},
+                          {"op": "tree_build", "config": config, "max_budget": n})
             m = b if b * n <= args.max_ref_work else min(b, max(1, args.max_ref_work // n))
             ref_s, expected = time_reference(first_requests(inputs, m) if m < b else inputs, n, reference_runs(m * n))
             ref_s *= b / m  # linear in B: the requests are independent
@@ -404,11 +426,31 @@ def main(argv: list[str] | None = None) -> int:
                 if bad:
                     failures.append(f"B={b} N={n} --kernel {kernel}: {args.backend} output differs from the reference "
                                     f"in {', '.join(bad)}")
-                rows.append(Row(b, n, kernel, kernel_ran, ref_s, m, checked, med_us, min_us, not bad))
+                row = Row(b, n, kernel, kernel_ran, ref_s, m, checked, med_us, min_us, not bad)
+                if args.graph:
+                    try:
+                        row.graph_med_us, row.graph_min_us, _ = run_binary(
+                            args.binary, graph_file, out, args.backend, args.device, args.repeat, kernel, graph=True)
+                    except (BinaryError, subprocess.TimeoutExpired) as exc:
+                        print(f"bench_tree_build: B={b} N={n} --kernel {kernel} --graph: {exc}", file=sys.stderr)
+                        return 1
+                    got = kdtr.load(out)  # the second replay's outputs under the bare names
+                    gbad = check_equal({k: v for k, v in got.tensors.items() if not k.startswith("replay1.")},
+                                       expected, b)
+                    del got
+                    out.unlink()
+                    if gbad:
+                        failures.append(f"B={b} N={n} --kernel {kernel} --graph: output differs from the reference "
+                                        f"in {', '.join(gbad)}")
+                        row.ok = False
+                rows.append(row)
+                gtxt = f", graph {row.graph_med_us:.3f} us" if row.graph_med_us is not None else ""
                 print(f"  B={b:3d} N={n:5d} {kernel:>6}: reference {ref_s * 1e3:10.3f} ms{'*' if m < b else ' '},"
-                      f" {args.backend} {med_us:10.3f} us (min {min_us:.3f}),"
-                      f" {'equal' if not bad else 'DIFFERENT'}", file=sys.stderr, flush=True)
+                      f" {args.backend} {med_us:10.3f} us (min {min_us:.3f}){gtxt},"
+                      f" {'equal' if row.ok else 'DIFFERENT'}", file=sys.stderr, flush=True)
             golden.unlink()
+            if args.graph:
+                graph_file.unlink()
             del inputs, expected
     elapsed = time.perf_counter() - started
 
@@ -425,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
         "% of fill = output GB/s / fill rate (the outputs are written, not copied).",
         "",
         f"| B | N | kernel | reference ms/batch | {label} us/batch (median) | {label} us/batch (min) | speedup"
-        " | output GB/s | % of fill rate | output |",
-        "| ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | :--- |",
+        " | output GB/s | % of fill rate |" + (" graph us/batch (median) | graph us/batch (min) |" if args.graph else "")
+        + " output |",
+        "| ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if args.graph else "")
+        + " :--- |",
     ]
     notes = []
     for r in rows:
@@ -438,8 +482,10 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "equal" if r.ok else "**DIFFERENT**"
         if r.checked_requests < r.b:
             verdict += f" (first {r.checked_requests})"
+        graph = (f" {r.graph_med_us:.3f} | {r.graph_min_us:.3f} |" if r.graph_med_us is not None else " n/a | n/a |"
+                 ) if args.graph else ""
         table.append(f"| {r.b} | {r.n} | {kernel} | {r.ref_s * 1e3:.3f}{scaled} | {r.med_us:.3f} | {r.min_us:.3f}"
-                     f" | {speedup:.0f}x | {gbs:.1f} | {fill} | {verdict} |")
+                     f" | {speedup:.0f}x | {gbs:.1f} | {fill} |{graph} {verdict} |")
         if r.ref_requests < r.b and (r.b, r.n) not in {k for k, _ in notes}:
             check = (f"output compared on all {r.b} requests against one more, untimed, reference run"
                      if r.checked_requests == r.b else
@@ -467,6 +513,20 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(line)
         if lines:
             table += ["", "Targets (shared/DESIGN.md section 7), select kernel:", *lines]
+        lines = []
+        for b, n, max_us in STRETCH:
+            r = next((r for r in rows if (r.b, r.n, r.kernel) == (b, n, "select")), None)
+            if r is not None:
+                lines.append(f"- B={b}, N={n} <= {max_us:g} us: "
+                             + ("met" if r.med_us <= max_us else f"MISSED ({r.med_us:.1f} us)"))
+        b, n, share = STRETCH_FILL
+        r = next((r for r in rows if (r.b, r.n, r.kernel) == (b, n, "select")), None)
+        if r is not None and fill_gbs:
+            got = output_bytes(b, n) / (r.med_us * 1e-6) / 1e9 / fill_gbs
+            lines.append(f"- B={b}, N={n} >= {100 * share:g}% of the fill rate: "
+                         + ("met" if got >= share else f"MISSED ({100 * got:.3g}%)"))
+        if lines:
+            table += ["", "Small-batch targets (median of the timed runs), select kernel:", *lines]
     text = "\n".join(table)
     print(text)
     for f in failures:
