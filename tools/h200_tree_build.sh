@@ -129,12 +129,14 @@ if has sanitize; then
   done | xargs -P 8 -n 3 bash -c 'san_one "$0" "$1" "$2"' >> "$san_log"
   fails=$(grep -vc " rc=0 " "$san_log")
   echo "sanitizer failures: $fails (of $(wc -l < "$san_log") runs)" | tee -a "$san_log"
-  grep -v " rc=0 " "$san_log" | head -20
+  grep -v " rc=0 \|^sanitizer failures" "$san_log" | head -20
   stamp sanitize
 fi
 if has mutate; then
   only=()
+  set -f  # the globs are kdtr mutate's, not the shell's
   for m in ${MUTANTS:-gpu/select/*}; do only+=(--only "$m"); done
+  set +f
   # MUTATE_ARGS: more kdtr mutate options, e.g. --catalogue-dir DIR (a copy of mutants/gpu)
   OUT="$OUT" BACKEND=cuda MUTATE_S=${MUTATE_S:-200} bash "$(dirname "$0")/h200_mutate.sh" "${only[@]}" \
     ${MUTATE_ARGS:-} 2>&1 | tail -30
