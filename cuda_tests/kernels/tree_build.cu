@@ -432,6 +432,15 @@ __device__ inline void write_visibility_row(uint8_t* row, int64_t T, const int32
   }
 }
 
+// The visibility kernels' first statement: in a programmatic dependent launch (the fast
+// path's), the build grid complete and its stores visible before the first read of
+// node_count and parents; a no-op in an ordinary launch.
+__device__ inline void wait_for_build_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Visibility rows of all B * T (request, slot) pairs, one warp per row, grid-strided.
 // Rows i > node_count[b] are zero; a row's path is read from the parents output the build
 // kernel wrote (launched before it on the same stream).  Each warp's buffer holds anc_len
@@ -443,11 +452,7 @@ __global__ void __launch_bounds__(kVisThreads)
   uint8_t* __restrict__ visibility = prm.visibility;
   const int64_t B = prm.B, T = prm.N + 1;
   extern __shared__ __align__(16) unsigned char smem[];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // A programmatic dependent launch: the build grid complete and its stores visible
-  // before the first read of node_count and parents (a no-op in an ordinary launch).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  wait_for_build_grid();
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   int32_t* anc = reinterpret_cast<int32_t*>(smem) + warp * anc_len;
   const int64_t rows = B * T;
@@ -468,6 +473,42 @@ __device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* paren
   }
   write_visibility_row(vis + i * T, T, anc, len, lane);
   __syncwarp();  // every lane's reads before lane 0 overwrites the buffer for the next row
+}
+
+// The fast path's visibility kernel (KDTR_TREE_BUILD_FAST): the same rows, but a warp takes
+// 32 consecutive rows at a time and lane q walks row r0 + q's root path into its own buffer
+// (32 independent chains of dependent loads in flight instead of one), then the warp
+// writes the 32 rows one after another (write_visibility_row).  Each warp's buffers: 32 of
+// anc_len int32.
+__global__ void __launch_bounds__(kVisThreads)
+    tree_build_visibility_rows32_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len) {
+  const int32_t* __restrict__ node_count = prm.node_count;
+  const int32_t* __restrict__ parents = prm.parents;
+  uint8_t* __restrict__ visibility = prm.visibility;
+  const int64_t B = prm.B, T = prm.N + 1;
+  extern __shared__ __align__(16) unsigned char smem[];
+  wait_for_build_grid();
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  int32_t* bufs = reinterpret_cast<int32_t*>(smem) + static_cast<int64_t>(warp) * kWarp * anc_len;
+  const int64_t rows = B * T;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kVisWarps * kWarp;
+  for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kVisWarps + warp) * kWarp; r0 < rows; r0 += step) {
+    const int64_t mine = r0 + lane;
+    int32_t len = 0;
+    if (mine < rows) {
+      const int64_t b = mine / T, i = mine % T;
+      if (i <= node_count[b])
+        len = tree_build_ancestors(static_cast<int32_t>(i), parents + b * T, T, anc_len, bufs + lane * anc_len);
+    }
+    __syncwarp();  // every lane's path stored before the warp reads it
+    const int64_t group = rows - r0 < kWarp ? rows - r0 : kWarp;
+    for (int64_t q = 0; q < group; ++q) {
+      const int32_t lq = __shfl_sync(0xffffffffu, len, static_cast<int>(q));
+      const int64_t r = r0 + q, b = r / T, i = r % T;
+      write_visibility_row(visibility + b * T * T + i * T, T, bufs + q * anc_len, lq, lane);
+    }
+    __syncwarp();  // the rows written before the next group's walks overwrite the buffers
+  }
 }
 
 int32_t vis_anc_len(int64_t N, int64_t D) { return static_cast<int32_t>((D < N ? D : N) + 1); }
@@ -650,20 +691,27 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
     tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
     return cudaGetLastError();
   }
+  // The 32-rows-per-warp kernel where its buffers (1024 anc_len int32 per block) fit the
+  // default 48 KiB (anc_len <= 48: D <= 47 or N <= 47), else the one-row-per-warp kernel.
+  const size_t rows32_smem = vis_smem * kWarp;
+  const bool rows32 = rows32_smem <= 48 * 1024;
+  const int64_t want32 = (rows + kVisWarps * kWarp - 1) / (kVisWarps * kWarp);
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
+  cfg.gridDim = dim3(rows32 ? static_cast<unsigned>(want32 < 65536 ? want32 : 65536) : blocks);
   cfg.blockDim = dim3(kVisThreads);
-  cfg.dynamicSmemBytes = vis_smem;
+  cfg.dynamicSmemBytes = rows32 ? rows32_smem : vis_smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  err = cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len);
-  if (err == cudaErrorNotSupported) {
+  err = rows32 ? cudaLaunchKernelEx(&cfg, tree_build_visibility_rows32_kernel, p, anc_len)
+               : cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len);
+  if (err == cudaErrorNotSupported) {  // no programmatic launch here: an ordinary one
     (void)cudaGetLastError();
-    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
+    if (rows32) tree_build_visibility_rows32_kernel<<<cfg.gridDim, kVisThreads, rows32_smem, stream>>>(p, anc_len);
+    else tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
     return cudaGetLastError();
   }
   return err;
