@@ -43,7 +43,8 @@ D=16, K=16:
 ``cudaGraphLaunch`` between device events, so the host's launch cost is left out): the
 input file then holds the batch twice (``replay1.*`` and ``input.*``, the same data), and
 the second replay's outputs must equal the reference too. The table gains two columns,
-graph us/batch (median and min).
+graph us/batch (median and min); configurations whose outputs pass ``--graph-max-bytes``
+(default 2e9: the output file holds both replays) are not timed in a graph (n/a).
 
 Outputs over ``KDTR_MAX_OUTPUT_BYTES`` (4 GiB by default; B=256, N=4096 needs 4.3 GB)
 raise that limit for this process and the binaries it starts.
@@ -346,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20240)
     ap.add_argument("--graph", action="store_true",
                     help="also time each kernel inside a replayed CUDA graph (the binary's --graph; CUDA only)")
+    ap.add_argument("--graph-max-bytes", type=float, default=2e9, metavar="BYTES",
+                    help="--graph: only for configurations whose outputs are at most this many bytes "
+                         "(default 2e9; the graph run's output file holds two replays)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
@@ -399,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             kdtr.save(golden, {f"input.{k}": v for k, v in inputs.items()},
                       {"op": "tree_build", "config": config, "max_budget": n})
             graph_file = tmpdir / f"{config}.graph.kdtr"
-            if args.graph:  # both replays on the same data: replay1.* and input.*
+            graph = args.graph and output_bytes(b, n) <= args.graph_max_bytes
+            if graph:  # both replays on the same data: replay1.* and input.*
                 kdtr.save(graph_file, {**{f"replay1.{k}": v for k, v in inputs.items()},
                                        **{f"input.{k}": v for k, v in inputs.items()}},
                           {"op": "tree_build", "config": config, "max_budget": n})
@@ -427,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                     failures.append(f"B={b} N={n} --kernel {kernel}: {args.backend} output differs from the reference "
                                     f"in {', '.join(bad)}")
                 row = Row(b, n, kernel, kernel_ran, ref_s, m, checked, med_us, min_us, not bad)
-                if args.graph:
+                if graph:
                     try:
                         row.graph_med_us, row.graph_min_us, _ = run_binary(
                             args.binary, graph_file, out, args.backend, args.device, args.repeat, kernel, graph=True)
@@ -449,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                       f" {args.backend} {med_us:10.3f} us (min {min_us:.3f}){gtxt},"
                       f" {'equal' if row.ok else 'DIFFERENT'}", file=sys.stderr, flush=True)
             golden.unlink()
-            if args.graph:
+            if graph:
                 graph_file.unlink()
             del inputs, expected
     elapsed = time.perf_counter() - started
