@@ -7,26 +7,22 @@
 //   tree_build_kernel<threads, select>: one block per request.
 //     1. all threads: statuses 3-6 over the checked rows' elements, striped, reduced with
 //        atomicMin to the first failing status
-//     2. select kernel (256 threads for N <= 256, else 1024; with KDTR_TREE_BUILD_FAST one
-//        warp for N <= 64): the request's log-prob rows widened to double in shared
-//        memory, then the select build (tree_select_grow: depth-by-depth collection above a
-//        threshold, histogram raises, a bitonic sort -- with KDTR_TREE_BUILD_FAST a rank
-//        sort of chunks merged by binary search) and its node rows; where it gives up -- or
-//        for the heap kernel (256 threads), or an invalid request -- thread 0 runs the heap
-//        build in shared memory and all threads write the node rows from its slot arrays.
-//        The one-warp instance is a warp team (__syncwarp, shuffles) and first stages the
-//        request's checked rows (log-probs and ids) in shared memory, so its validation,
-//        build and node rows read no global memory twice
+//     2. select kernel (256 threads for N <= 256, else 1024): the request's log-prob rows
+//        widened to double in shared memory, then the select build (tree_select_grow:
+//        depth-by-depth collection above a threshold, histogram raises, a rank sort of
+//        chunks merged by binary search) and its node rows; where it gives up -- or for the
+//        heap kernel (256 threads), or an invalid request -- thread 0 runs the heap build in
+//        shared memory and all threads write the node rows from its slot arrays
 //     3. T <= 128: the request's [T,T] visibility block, built in shared memory and copied
 //        out whole
 //   tree_build_visibility_kernel (T > 128): the [B,T,T] visibility block, one row per warp,
 //     spread over the whole GPU (a request's rows are not tied to its build block): lane 0
 //     walks the row's root path up the parents output, the 32 lanes store the row as
-//     aligned 16-byte chunks (bytes only at the row's two unaligned ends).  With
-//     KDTR_TREE_BUILD_FAST: launched as a programmatic dependent launch (sm_90; the build
-//     kernel lets it start at once and it waits, griddepcontrol.wait: the build grid
-//     complete, its stores visible, before its first read, so its launch overlaps the
-//     build), and the chunks that hold no slot of the path are stored without a scan.
+//     aligned 16-byte chunks (bytes only at the row's two unaligned ends), the chunks that
+//     hold no slot of the path without a scan of it.  It is a programmatic dependent
+//     launch (sm_90; the build kernel lets it start at once and it waits,
+//     griddepcontrol.wait: the build grid complete, its stores visible, before its first
+//     read, so its launch overlaps the build).
 //
 // Shared memory of the build kernel (tree_build_smem_bytes): the heap build's queue (N + 1
 // candidates of 24 B) and slot arrays (5 int32 [T]); for the select kernel its candidate
@@ -42,27 +38,14 @@
 #include "tree_build.cuh"
 #include "tree_build_launch.h"
 
-// KDTR_TREE_BUILD_FAST=1 (nvcc -DKDTR_TREE_BUILD_FAST=1, e.g. make NVCCFLAGS="-O2
-// -DKDTR_TREE_BUILD_FAST=1") builds the faster select path: the one-warp instance for
-// N <= kWarpN, the rank sort (tree_select_sort) in the block teams, the visibility kernel as
-// a programmatic dependent launch and its rows' zero chunks stored without a scan of the
-// path.  The default, 0, builds the kernels as before them (256 or 1024 threads, the
-// bitonic sort, an ordinary launch), until the fast path has been judged on a GPU
-// (docs/ops/tree_build.md, "The fast path").
-#ifndef KDTR_TREE_BUILD_FAST
-#define KDTR_TREE_BUILD_FAST 0
-#endif
-
 namespace kdtr {
 namespace {
 
-constexpr bool kFast = KDTR_TREE_BUILD_FAST != 0;
 constexpr int kWarp = 32;
 constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and node rows
 constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
 constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
 constexpr int64_t kSmallN = 256;
-constexpr int64_t kWarpN = 64;    // N <= kWarpN: the select kernel is one warp (BlockTeam<kWarp>)
 constexpr int64_t kFuseT = 128;   // T <= kFuseT: the build block writes its visibility
 constexpr int kVisThreads = 256;  // visibility kernel
 constexpr int kVisWarps = kVisThreads / kWarp;
@@ -152,67 +135,9 @@ struct BlockTeam {
   __device__ void min_u64(uint64_t* p, uint64_t v) {
     atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
   }
-  // tree_select_sort's chunk: two warps' entries (0 without KDTR_TREE_BUILD_FAST: the bitonic sort)
-  __device__ int32_t sort_chunk() const { return kFast ? 64 : 0; }
+  // tree_select_sort's chunk: two warps' entries
+  __device__ int32_t sort_chunk() const { return 64; }
 };
-
-// One warp as the team (the select kernel for N <= kWarpN): __syncwarp for the barriers
-// (it orders the warp's shared-memory accesses), shuffles for the scans and reductions,
-// every reduction's result taken from lane 0 so that all lanes hold the same bits (a
-// butterfly of min over -0.0 and +0.0 would not).
-template <>
-struct BlockTeam<kWarp> {
-  struct Storage {
-    int32_t unused;
-  };
-  Storage& st;
-
-  static constexpr unsigned kAll = 0xffffffffu;
-  __device__ int32_t lane() const { return static_cast<int32_t>(threadIdx.x); }
-  __device__ int32_t lanes() const { return kWarp; }
-  __device__ void sync() { __syncwarp(); }
-  __device__ int32_t exclusive_sum(int32_t x, int32_t* total) {
-    int32_t v = x;
-    for (int o = 1; o < kWarp; o <<= 1) {
-      const int32_t y = __shfl_up_sync(kAll, v, o);
-      if (lane() >= o) v += y;
-    }
-    *total = __shfl_sync(kAll, v, kWarp - 1);
-    return v - x;
-  }
-  template <class V, class Op>
-  __device__ V reduce(V x, Op op) {
-    for (int o = kWarp / 2; o > 0; o >>= 1) x = op(x, __shfl_down_sync(kAll, x, o));
-    return __shfl_sync(kAll, x, 0);
-  }
-  __device__ double min(double x) { return reduce(x, MinOp()); }
-  __device__ double max(double x) { return reduce(x, MaxOp()); }
-  __device__ int32_t max_int(int32_t x) { return reduce(x, MaxOp()); }
-  __device__ bool any(bool x) { return __any_sync(kAll, x ? 1 : 0) != 0; }
-  __device__ void add(int32_t* p, int32_t x) { atomicAdd(p, x); }  // shared-memory atomics, as the block's
-  __device__ int32_t fetch_add(int32_t* p, int32_t x) { return atomicAdd(p, x); }
-  __device__ void min_u64(uint64_t* p, uint64_t x) {
-    atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(x));
-  }
-  __device__ int32_t sort_chunk() const { return 256; }  // all pairs of a set of up to 256 entries
-};
-
-// tree_build_check_item on rows staged in shared memory (the one-warp instance): the same
-// status, the duplicate scan without an early exit so that a row's loads are in flight
-// together.
-__device__ inline int32_t check_item_staged(const float* lp, const int64_t* ids, int32_t K, int32_t d, int32_t r) {
-  const float* lrow = lp + static_cast<int64_t>(d) * K;
-  const int64_t* irow = ids + static_cast<int64_t>(d) * K;
-  const float x = lrow[r];
-  if (tree_build_non_finite(x)) return TREE_BUILD_NON_FINITE;
-  if (r + 1 < K && x < lrow[r + 1]) return TREE_BUILD_UNSORTED;
-  const int64_t id = irow[r];
-  bool dup = false;
-  for (int32_t q = r + 1; q < K; ++q) dup = dup || irow[q] == id;
-  if (dup) return TREE_BUILD_DUPLICATE_ID;
-  if (id < 0) return TREE_BUILD_NEGATIVE_ID;
-  return TREE_BUILD_NO_DEFECT;
-}
 
 // Visibility row i of a request (vis: its [T,T] block; parents: its parents output row) by
 // one warp; anc: the warp's buffer of anc_len int32.
@@ -221,18 +146,14 @@ __device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* paren
 
 template <int kThreads, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
-    tree_build_kernel(const __grid_constant__ TreeBuildParams prm, uint8_t* __restrict__ visibility, int32_t anc_len,
-                      int64_t stage_offset) {
+    tree_build_kernel(const __grid_constant__ TreeBuildParams prm, uint8_t* __restrict__ visibility, int32_t anc_len) {
   // The op's struct by value (kernel parameter space); `visibility` is prm.visibility where
   // this block writes the request's visibility too (T <= kFuseT), else nullptr;
-  // stage_offset: where the one-warp instance stages the checked rows (after every other
-  // byte of the dynamic shared memory).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && KDTR_TREE_BUILD_FAST
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The visibility kernel (a programmatic dependent launch) may start now: it waits for
   // this grid's completion before it reads anything.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  constexpr bool kStage = kSelect && kThreads == kWarp;
   const float* __restrict__ top_log_probs = prm.top_log_probs;
   const int64_t* __restrict__ top_token_ids = prm.top_token_ids;
   const int64_t* __restrict__ root_token_ids = prm.root_token_ids;
@@ -254,7 +175,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t T = N + 1;
-  const float* lp = top_log_probs + b * D * K;  // the one-warp instance: its staged copy
+  const float* lp = top_log_probs + b * D * K;
   const int64_t* ids = top_token_ids + b * D * K;
   const int32_t req_budget = budget[b];
   const int32_t req_depth_limit = depth_limit[b];
@@ -267,49 +188,9 @@ __global__ void __launch_bounds__(kThreads)
   if (st == TREE_BUILD_OK) {
     int32_t worst = TREE_BUILD_NO_DEFECT;
     const int64_t items = static_cast<int64_t>(req_depth_limit) * K;
-    if constexpr (kStage) {
-      // The checked rows staged in shared memory (loads four at a time in flight), then
-      // checked there, (d, r) stepped without a division.
-      float* slp = reinterpret_cast<float*>(smem + stage_offset);
-      int64_t* sids =
-          reinterpret_cast<int64_t*>(smem + stage_offset + (static_cast<int64_t>(D) * K * 4 + 15) / 16 * 16);
-      for (int64_t e0 = tid; e0 < items; e0 += 4 * kThreads) {
-        float x[4];
-        int64_t y[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int64_t e = e0 + u * kThreads;
-          x[u] = e < items ? lp[e] : 0.0f;
-          y[u] = e < items ? ids[e] : 0;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int64_t e = e0 + u * kThreads;
-          if (e < items) {
-            slp[e] = x[u];
-            sids[e] = y[u];
-          }
-        }
-      }
-      __syncwarp();
-      lp = slp;
-      ids = sids;
-      const int32_t k32 = static_cast<int32_t>(K);
-      int32_t d = k32 > 0 ? tid / k32 : 0, r = k32 > 0 ? tid % k32 : 0;  // K = 0: no items
-      for (int64_t e = tid; e < items; e += kWarp) {
-        const int32_t c = check_item_staged(lp, ids, k32, d, r);
-        worst = c < worst ? c : worst;
-        r += kWarp;
-        while (r >= k32) {
-          r -= k32;
-          ++d;
-        }
-      }
-    } else {
-      for (int64_t e = tid; e < items; e += kThreads) {
-        const int32_t s = tree_build_check_item(lp, ids, K, e / K, e % K);
-        worst = s < worst ? s : worst;
-      }
+    for (int64_t e = tid; e < items; e += kThreads) {
+      const int32_t s = tree_build_check_item(lp, ids, K, e / K, e % K);
+      worst = s < worst ? s : worst;
     }
     if (worst != TREE_BUILD_NO_DEFECT) atomicMin(&s_defect, worst);
   }
@@ -399,8 +280,8 @@ __device__ inline void write_visibility_row(uint8_t* row, int64_t T, const int32
   // Bit j of `mine`: this lane's j-th chunk (c = lane + 32 j) holds a path slot (the slot's
   // byte is chunk (head + slot) / 16).  The other chunks are stored as zeros without a scan
   // of the path; chunks past j = 63 are always scanned.
-  uint64_t mine = kFast ? 0 : ~uint64_t{0};  // without KDTR_TREE_BUILD_FAST every chunk is scanned
-  for (int32_t k = 0; kFast && k < len; ++k) {
+  uint64_t mine = 0;
+  for (int32_t k = 0; k < len; ++k) {
     const int64_t ck = (static_cast<int64_t>(anc[k]) + head) >> 4;
     if ((ck & (kWarp - 1)) == lane && (ck >> 5) < 64) mine |= uint64_t{1} << (ck >> 5);
   }
@@ -475,42 +356,6 @@ __device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* paren
   __syncwarp();  // every lane's reads before lane 0 overwrites the buffer for the next row
 }
 
-// The fast path's visibility kernel (KDTR_TREE_BUILD_FAST): the same rows, but a warp takes
-// 32 consecutive rows at a time and lane q walks row r0 + q's root path into its own buffer
-// (32 independent chains of dependent loads in flight instead of one), then the warp
-// writes the 32 rows one after another (write_visibility_row).  Each warp's buffers: 32 of
-// anc_len int32.
-__global__ void __launch_bounds__(kVisThreads)
-    tree_build_visibility_rows32_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len) {
-  const int32_t* __restrict__ node_count = prm.node_count;
-  const int32_t* __restrict__ parents = prm.parents;
-  uint8_t* __restrict__ visibility = prm.visibility;
-  const int64_t B = prm.B, T = prm.N + 1;
-  extern __shared__ __align__(16) unsigned char smem[];
-  wait_for_build_grid();
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  int32_t* bufs = reinterpret_cast<int32_t*>(smem) + static_cast<int64_t>(warp) * kWarp * anc_len;
-  const int64_t rows = B * T;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kVisWarps * kWarp;
-  for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kVisWarps + warp) * kWarp; r0 < rows; r0 += step) {
-    const int64_t mine = r0 + lane;
-    int32_t len = 0;
-    if (mine < rows) {
-      const int64_t b = mine / T, i = mine % T;
-      if (i <= node_count[b])
-        len = tree_build_ancestors(static_cast<int32_t>(i), parents + b * T, T, anc_len, bufs + lane * anc_len);
-    }
-    __syncwarp();  // every lane's path stored before the warp reads it
-    const int64_t group = rows - r0 < kWarp ? rows - r0 : kWarp;
-    for (int64_t q = 0; q < group; ++q) {
-      const int32_t lq = __shfl_sync(0xffffffffu, len, static_cast<int>(q));
-      const int64_t r = r0 + q, b = r / T, i = r % T;
-      write_visibility_row(visibility + b * T * T + i * T, T, bufs + q * anc_len, lq, lane);
-    }
-    __syncwarp();  // the rows written before the next group's walks overwrite the buffers
-  }
-}
-
 int32_t vis_anc_len(int64_t N, int64_t D) { return static_cast<int32_t>((D < N ? D : N) + 1); }
 
 // The build kernel instance for N and `kernel`, its threads, and its dynamic shared memory
@@ -520,7 +365,6 @@ struct BuildLaunch {
   int threads;
   bool fuse;
   size_t smem;
-  int64_t stage_offset;  // one-warp instance: the staged rows' first byte; else 0
 };
 
 BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
@@ -529,9 +373,6 @@ BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
   if (!select) {
     l.fn = reinterpret_cast<const void*>(tree_build_kernel<kHeapThreads, false>);
     l.threads = kHeapThreads;
-  } else if (kFast && N <= kWarpN) {
-    l.fn = reinterpret_cast<const void*>(tree_build_kernel<kWarp, true>);
-    l.threads = kWarp;
   } else if (N <= kSmallN) {
     l.fn = reinterpret_cast<const void*>(tree_build_kernel<kSelectThreadsSmall, true>);
     l.threads = kSelectThreadsSmall;
@@ -544,13 +385,6 @@ BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
   if (l.fuse)  // the parents row (T int32, padded to 16 bytes) and the [T,T] block (padded to 4)
     l.smem = (l.smem + 15) / 16 * 16 + sizeof(int32_t) * static_cast<size_t>((N + 1 + 3) / 4 * 4) +
              static_cast<size_t>(((N + 1) * (N + 1) + 3) / 4 * 4);
-  l.stage_offset = 0;
-  if (select && kFast && N <= kWarpN) {  // the staged rows: D * K floats (padded to 16 bytes), D * K int64
-    l.smem = (l.smem + 15) / 16 * 16;
-    l.stage_offset = static_cast<int64_t>(l.smem);
-    l.smem += (sizeof(float) * static_cast<size_t>(D) * static_cast<size_t>(K) + 15) / 16 * 16 +
-              sizeof(int64_t) * static_cast<size_t>(D) * static_cast<size_t>(K);
-  }
   return l;
 }
 
@@ -599,7 +433,7 @@ cudaError_t smem_available_uncached(int device, int32_t kernel, size_t* bytes) {
   if (err != cudaSuccess) return err;
   // The most static shared memory of the kernel's instances (any N).
   size_t static_max = 0;
-  for (int64_t N : {int64_t{1}, kWarpN + 1, kSmallN + 1}) {
+  for (int64_t N : {int64_t{1}, kSmallN + 1}) {
     cudaFuncAttributes attr;
     err = cudaFuncGetAttributes(&attr, build_launch(N, 1, 1, kernel).fn);
     if (err != cudaSuccess) return err;
@@ -625,7 +459,7 @@ cudaError_t tree_build_configure(int32_t kernel, size_t smem_bytes) {
     const int64_t have = g_smem_configured[d][k].load(std::memory_order_acquire);
     if (have > 0 && have >= static_cast<int64_t>(smem_bytes)) return cudaSuccess;
   }
-  for (int64_t N : {int64_t{1}, kWarpN + 1, kSmallN + 1}) {
+  for (int64_t N : {int64_t{1}, kSmallN + 1}) {
     err = cudaFuncSetAttribute(build_launch(N, 1, 1, kernel).fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem_bytes));
     if (err != cudaSuccess) return err;
@@ -675,8 +509,7 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   // with the kernel's three parameters, the struct by value first.
   TreeBuildParams params = p;
   int32_t anc = anc_len;
-  int64_t stage = l.stage_offset;
-  void* args[] = {&params, &fused_visibility, &anc, &stage};
+  void* args[] = {&params, &fused_visibility, &anc};
   cudaError_t err = cudaLaunchKernel(l.fn, dim3(static_cast<unsigned>(B)), dim3(static_cast<unsigned>(l.threads)), args,
                                      l.smem, stream);
   if (err != cudaSuccess) return err;
@@ -687,31 +520,20 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   const size_t vis_smem = sizeof(int32_t) * static_cast<size_t>(kVisWarps) * static_cast<size_t>(anc_len);
   // A programmatic dependent launch (the kernel waits for the build grid before its first
   // read): its launch overlaps the build.  Where the attribute is refused, an ordinary one.
-  if (!kFast) {
-    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
-    return cudaGetLastError();
-  }
-  // The 32-rows-per-warp kernel where its buffers (1024 anc_len int32 per block) fit the
-  // default 48 KiB (anc_len <= 48: D <= 47 or N <= 47), else the one-row-per-warp kernel.
-  const size_t rows32_smem = vis_smem * kWarp;
-  const bool rows32 = rows32_smem <= 48 * 1024;
-  const int64_t want32 = (rows + kVisWarps * kWarp - 1) / (kVisWarps * kWarp);
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(rows32 ? static_cast<unsigned>(want32 < 65536 ? want32 : 65536) : blocks);
+  cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(kVisThreads);
-  cfg.dynamicSmemBytes = rows32 ? rows32_smem : vis_smem;
+  cfg.dynamicSmemBytes = vis_smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  err = rows32 ? cudaLaunchKernelEx(&cfg, tree_build_visibility_rows32_kernel, p, anc_len)
-               : cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len);
+  err = cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len);
   if (err == cudaErrorNotSupported) {  // no programmatic launch here: an ordinary one
     (void)cudaGetLastError();
-    if (rows32) tree_build_visibility_rows32_kernel<<<cfg.gridDim, kVisThreads, rows32_smem, stream>>>(p, anc_len);
-    else tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
+    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
     return cudaGetLastError();
   }
   return err;

@@ -322,9 +322,8 @@ constexpr int32_t kTreeSelectRefines = 6;  // threshold raises per depth before 
 KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; }
 
 // The collected nodes, structure of arrays of `cap` entries (entry = one draft node).
-// After the sort, `ek` holds the order (int32: n entries, or up to 2 * cap for the bitonic
-// sort, which pads to a power of two; `tmp` was the rank sort's second buffer) and `w` the
-// slot of each selected entry (int32).
+// After the sort, `ek` holds the order (int32: n entries; `tmp` was the rank sort's second
+// buffer) and `w` the slot of each selected entry (int32).
 struct TreeSelectSet {
   double* w;          // score (float64, the contract's evaluation)
   double* ek;         // effective key
@@ -524,8 +523,24 @@ KDTR_HD inline void tree_select_sort(Team& t, const TreeSelectSet& s, int32_t n,
   const int32_t lane = t.lane(), lanes = t.lanes(), C = t.sort_chunk();
   for (int32_t e = lane; e < n; e += lanes) {
     const int32_t c0 = e / C * C, c1 = c0 + C < n ? c0 + C : n;
+    // tree_select_before(s, j, e) in two passes: the scores alone (independent loads that
+    // pipeline), then, only if some other entry of the chunk has e's score, the rank-path
+    // walks of those entries.
+    const double we = s.w[e];
     int32_t before = 0;
-    for (int32_t j = c0; j < c1; ++j) before += j != e && tree_select_before(s, j, e) ? 1 : 0;
+    bool tie = false;
+    for (int32_t j = c0; j < c1; ++j) {
+      const double wj = s.w[j];
+      before += wj > we ? 1 : 0;
+      tie = tie || (wj == we && j != e);
+    }
+    if (tie) {
+      for (int32_t j = c0; j < c1; ++j)
+        before += j != e && s.w[j] == we &&
+                          tree_build_rank_path_less(s.dep[j], s.rk[j], s.par[j], s.dep[e], s.rk[e], s.par[e], s.par, s.rk)
+                      ? 1
+                      : 0;
+    }
     order[c0 + before] = e;
   }
   t.sync();
@@ -717,45 +732,9 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
   for (int32_t e = lane; e < n; e += lanes) clamped = clamped || s.clamped[e] != 0;
   if (t.any(clamped)) return false;
   // Sort the entry indices by the order (larger w first, equal w by rank path):
-  // tree_select_sort, a rank sort of chunks merged by binary search, for a team with a
-  // sort chunk; else (t.sort_chunk() == 0: the CUDA block teams unless the kernels are built
-  // with KDTR_TREE_BUILD_FAST, tree_build.cu) the bitonic sort below.
+  // tree_select_sort, a rank sort of chunks merged by binary search.
   int32_t* order = reinterpret_cast<int32_t*>(s.ek);
-  if (t.sort_chunk() > 0) {
-    tree_select_sort(t, s, n, order, s.tmp);
-  } else {
-    // Bitonic sort of the entry indices (padded with -1 to a power of two) by the order:
-    // larger w first, equal w by rank path (tree_build_rank_path_less), padding last.
-    const double* w = s.w;
-    int32_t P = 1;
-    while (P < n) P <<= 1;
-    for (int32_t i = lane; i < P; i += lanes) order[i] = i < n ? i : -1;
-    t.sync();
-    for (int32_t k = 2; k <= P; k <<= 1) {
-      for (int32_t j = k >> 1; j > 0; j >>= 1) {
-        for (int32_t i = lane; i < P; i += lanes) {
-          const int32_t l = i ^ j;
-          if (l <= i) continue;
-          const int32_t a = order[i], b = order[l];
-          // lo_first: the entry that must come first of the pair (a at i, b at l)
-          bool b_first;
-          if (a < 0 || b < 0) {
-            b_first = a < 0 && b >= 0;
-          } else {
-            const double wa = w[a], wb = w[b];
-            b_first = wb > wa || (wb == wa && tree_build_rank_path_less(s.dep[b], s.rk[b], s.par[b], s.dep[a], s.rk[a],
-                                                                        s.par[a], s.par, s.rk));
-          }
-          const bool swap = (i & k) == 0 ? b_first : !b_first;
-          if (swap) {
-            order[i] = b;
-            order[l] = a;
-          }
-        }
-        t.sync();
-      }
-    }
-  }
+  tree_select_sort(t, s, n, order, s.tmp);
   const int32_t placed = n < budget ? n : budget;
   int32_t* slot_of = reinterpret_cast<int32_t*>(s.w);  // w is not read any more
   for (int32_t i = lane; i < placed; i += lanes) slot_of[order[i]] = i + 1;

@@ -3,17 +3,16 @@
 // (tree_build_grow), on random tie-heavy inputs.  tests/binaries/test_tree_select_team.py
 // compiles and runs it (g++ -std=c++20, optionally -fsanitize=thread).
 //
-// The CPU backend runs the select build with a team of one lane; the CUDA kernels with 32
-// (one warp), 256 or 1024 lanes.  This team has `lanes` threads: barriers are a
+// The CPU backend runs the select build with a team of one lane; the CUDA kernels with 256
+// or 1024 lanes.  This team has `lanes` threads: barriers are a
 // std::barrier, scans and reductions go through a shared array between two barriers (all
-// lanes get the same bits, as cub's broadcast from thread 0 and the warp team's lane-0
-// shuffle give), the atomics are std::atomic_ref.  So the team code's own parallel logic
+// lanes get the same bits, as cub's broadcast from thread 0 gives), the atomics are std::atomic_ref.  So the team code's own parallel logic
 // (which lane writes which entry, where the barriers are, the chunked rank sort and its
 // merge rounds at the chunk sizes of the CUDA teams) is checked on any machine, and under
 // ThreadSanitizer a missing barrier shows as a data race.  It is not the GPU: the CUDA
 // team primitives themselves (cub, shuffles) are not modelled.
 //
-// Usage: tree_select_team LANES CHUNK ITERS   (CHUNK: the team's sort_chunk(), 0 = bitonic)
+// Usage: tree_select_team LANES CHUNK ITERS   (CHUNK: the team's sort_chunk(), >= 1)
 // Prints one line; exit 0 iff every placed request equals the heap build's tree and every
 // lane agreed on whether the select build placed it.  -DPLANT_SCAN_BUG makes the team's
 // exclusive scan inclusive (the test checks that this fails).
@@ -103,6 +102,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int lanes = std::atoi(argv[1]), chunk = std::atoi(argv[2]), iters = std::atoi(argv[3]);
+  if (lanes < 1 || chunk < 1 || iters < 0) {
+    std::fprintf(stderr, "tree_select_team: LANES and CHUNK must be >= 1, ITERS >= 0\n");
+    return 2;
+  }
   std::mt19937_64 rng(lanes * 1000 + chunk);
   int bad = 0, placed_n = 0, fell = 0;
   for (int it = 0; it < iters; ++it) {
