@@ -3,9 +3,8 @@
 # and measured.  Logs go to $OUT (default ./h200-out).  Python deps missing there come as
 # wheels in .whl/.  KDTR_STEPS (default "build check sanitize profile bench") picks steps, run in this order:
 #   build     make clean; make the tree_build and greedy_step binaries with nvcc
-#             (BUILD_TARGETS: other make targets instead, e.g. "build lib"; $NVCCFLAGS as
-#             the Makefile reads it: NVCCFLAGS="-O2 -DKDTR_TREE_BUILD_FAST=1" builds the
-#             fast select path, docs/ops/tree_build.md)
+#             (BUILD_TARGETS: other make targets instead, e.g. "build lib", which the
+#             pytest step needs; $NVCCFLAGS as the Makefile reads it)
 #   oldbuild  a second kdtr_tree_build in /tmp/kdtr-old (a copy of Makefile and
 #             cuda_tests/) built with OLD_NVCCFLAGS (default -O2: the default kernels) and,
 #             if OLD_SRC names a folder, its tree_build* files over the kernels' -- for a
