@@ -71,3 +71,12 @@ def test_planted_scan_bug_fails(tmp_path):
     exe = _compile(tmp_path, "tree_select_team_bug", "-O2", "-DPLANT_SCAN_BUG")
     r = subprocess.run([str(exe), "32", "256", "200"], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0, r.stdout
+
+
+@pytest.mark.parametrize("args", [["32", "0", "10"], ["0", "64", "10"], ["32", "64"]])
+def test_bad_arguments_are_refused(team_exe, args):
+    # A chunk of 0 would divide by zero in tree_select_sort; the program must refuse it
+    # (and a team of no lanes, and a missing argument) with a message, not crash.
+    r = subprocess.run([str(team_exe), *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "tree_select_team" in r.stderr and "placed" not in r.stdout
