@@ -148,7 +148,7 @@ template <int kThreads, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
     tree_build_kernel(const __grid_constant__ TreeBuildParams prm, uint8_t* __restrict__ visibility, int32_t anc_len) {
   // The op's struct by value (kernel parameter space); `visibility` is prm.visibility where
-  // this block writes the request's visibility too (T <= kFuseT), else nullptr;
+  // this block writes the request's visibility too (T <= kFuseT), else nullptr.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The visibility kernel (a programmatic dependent launch) may start now: it waits for
   // this grid's completion before it reads anything.

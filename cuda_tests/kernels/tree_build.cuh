@@ -535,10 +535,7 @@ KDTR_HD inline void tree_select_sort(Team& t, const TreeSelectSet& s, int32_t n,
       tie = tie || (wj == we && j != e);
     }
     if (tie) {
-      for (int32_t j = c0; j < c1; ++j) {
-        if (j == e || s.w[j] != we) continue;
-        if (tree_build_rank_path_less(s.dep[j], s.rk[j], s.par[j], s.dep[e], s.rk[e], s.par[e], s.par, s.rk)) ++before;
-      }
+      for (int32_t j = c0; j < c1; ++j) before += j != e && s.w[j] == we && tree_select_before(s, j, e) ? 1 : 0;
     }
     order[c0 + before] = e;
   }

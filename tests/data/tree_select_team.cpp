@@ -4,12 +4,13 @@
 // compiles and runs it (g++ -std=c++20, optionally -fsanitize=thread).
 //
 // The CPU backend runs the select build with a team of one lane; the CUDA kernels with 256
-// or 1024 lanes.  This team has `lanes` threads: barriers are a
-// std::barrier, scans and reductions go through a shared array between two barriers (all
-// lanes get the same bits, as cub's broadcast from thread 0 gives), the atomics are std::atomic_ref.  So the team
-// code's own parallel logic (which lane writes which entry, where the barriers are, the chunked rank sort and its merge
-// rounds at the chunk sizes of the CUDA teams) is checked on any machine, and under ThreadSanitizer a missing barrier
-// shows as a data race.  It is not the GPU: the CUDA team primitives themselves (cub, shuffles) are not modelled.
+// or 1024 lanes.  This team has `lanes` threads: barriers are a std::barrier, scans and
+// reductions go through a shared array between two barriers (all lanes get the same bits,
+// as cub's broadcast from thread 0 gives), the atomics are std::atomic_ref.  So the team
+// code's own parallel logic (which lane writes which entry, where the barriers are, the
+// chunked rank sort and its merge rounds at the chunk sizes of the CUDA teams) is checked
+// on any machine, and under ThreadSanitizer a missing barrier shows as a data race.  It is
+// not the GPU: the CUDA team primitives themselves (cub) are not modelled.
 //
 // Usage: tree_select_team LANES CHUNK ITERS   (CHUNK: the team's sort_chunk(), >= 1)
 // Prints one line; exit 0 iff every placed request equals the heap build's tree and every
