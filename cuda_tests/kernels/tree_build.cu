@@ -15,14 +15,14 @@
 //        shared memory and all threads write the node rows from its slot arrays
 //     3. T <= 128: the request's [T,T] visibility block, built in shared memory and copied
 //        out whole
-//   tree_build_visibility_kernel (T > 128): the [B,T,T] visibility block, one row per warp,
-//     spread over the whole GPU (a request's rows are not tied to its build block): lane 0
-//     walks the row's root path up the parents output, the 32 lanes store the row as
-//     aligned 16-byte chunks (bytes only at the row's two unaligned ends), the chunks that
-//     hold no slot of the path without a scan of it.  It is a programmatic dependent
-//     launch (sm_90; the build kernel lets it start at once and it waits,
-//     griddepcontrol.wait: the build grid complete, its stores visible, before its first
-//     read, so its launch overlaps the build).
+//   tree_build_visibility_kernel (T > 128): the [B,T,T] visibility block spread over the
+//     whole GPU (a request's rows are not tied to its build block), 128 rows of one request
+//     per work item of a 128-thread block: the block copies the request's parents row to
+//     shared memory, each warp zeroes its 32 consecutive rows (one contiguous span, 16-byte
+//     stores) and each lane then walks its own row's root path, storing its 1s.  It is a
+//     programmatic dependent launch (sm_90; the build kernel lets it start at once and it
+//     waits, griddepcontrol.wait: the build grid complete, its stores visible, before its
+//     first read, so its launch overlaps the build).
 //
 // Shared memory of the build kernel (tree_build_smem_bytes): the heap build's queue (N + 1
 // candidates of 24 B) and slot arrays (5 int32 [T]); for the select kernel its candidate
@@ -46,11 +46,12 @@ constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and 
 constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
 constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
 constexpr int64_t kSmallN = 256;
-constexpr int64_t kFuseT = 128;   // T <= kFuseT: the build block writes its visibility
-constexpr int kVisThreads = 256;  // visibility kernel
-constexpr int kVisWarps = kVisThreads / kWarp;
+constexpr int64_t kFuseT = 128;            // T <= kFuseT: the build block writes its visibility
+constexpr int kVisThreads = 128;           // visibility kernel: 4 warps ...
+constexpr int64_t kVisRows = kVisThreads;  // ... of 32 rows each per work item
+constexpr int64_t kVisSharedT = 8192;      // T <= kVisSharedT: parents row in shared memory
 static_assert(kHeapThreads % kWarp == 0, "whole warps");
-static_assert(kWarp == 32, "write_visibility_row: chunk >> 5 is the iteration");
+static_assert(kVisRows % kWarp == 0 && kVisThreads / kWarp * kWarp == kVisRows, "visibility: 32 rows per warp");
 static_assert(sizeof(TreeBuildCand) == 24, "heap entry layout");
 
 // The heap build's bytes: queue of N + 1 candidates, then 5 int32 slot arrays of T.
@@ -138,11 +139,6 @@ struct BlockTeam {
   // tree_select_sort's chunk: two warps' entries
   __device__ int32_t sort_chunk() const { return 64; }
 };
-
-// Visibility row i of a request (vis: its [T,T] block; parents: its parents output row) by
-// one warp; anc: the warp's buffer of anc_len int32.
-__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i, int32_t count,
-                                              int32_t* anc, int32_t anc_len, int lane);
 
 template <int kThreads, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
@@ -269,50 +265,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Row i of one request's [T,T] visibility block, by the 32 lanes of a warp: byte j is 1
-// iff j is one of anc[0..len).  The row's 16-byte-aligned chunks are stored whole
-// (uint4); the chunks at its two ends, shared with the neighbouring rows, byte by byte.
-__device__ inline void write_visibility_row(uint8_t* row, int64_t T, const int32_t* anc, int32_t len, int lane) {
-  const uintptr_t p0 = reinterpret_cast<uintptr_t>(row);
-  const uintptr_t a0 = p0 & ~static_cast<uintptr_t>(15);
-  const int64_t head = static_cast<int64_t>(p0 - a0);  // row bytes before p0 in the first chunk
-  const int64_t chunks = (head + T + 15) / 16;
-  // Bit j of `mine`: this lane's j-th chunk (c = lane + 32 j) holds a path slot (the slot's
-  // byte is chunk (head + slot) / 16).  The other chunks are stored as zeros without a scan
-  // of the path; chunks past j = 63 are always scanned.
-  uint64_t mine = 0;
-  for (int32_t k = 0; k < len; ++k) {
-    const int64_t ck = (static_cast<int64_t>(anc[k]) + head) >> 4;
-    if ((ck & (kWarp - 1)) == lane && (ck >> 5) < 64) mine |= uint64_t{1} << (ck >> 5);
-  }
-  for (int64_t c = lane, jc = 0; c < chunks; c += kWarp, ++jc) {
-    const int64_t lo = 16 * c - head;  // column of the chunk's first byte (may be < 0)
-    uint32_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
-    const int32_t scan = jc >= 64 || ((mine >> jc) & 1) != 0 ? len : 0;
-    for (int32_t k = 0; k < scan; ++k) {
-      const int64_t pos = static_cast<int64_t>(anc[k]) - lo;
-      if (pos >= 0 && pos < 16) {
-        const uint32_t bit = 1u << (8 * (pos & 3));
-        const int64_t word = pos >> 2;
-        w0 |= word == 0 ? bit : 0u;
-        w1 |= word == 1 ? bit : 0u;
-        w2 |= word == 2 ? bit : 0u;
-        w3 |= word == 3 ? bit : 0u;
-      }
-    }
-    if (lo >= 0 && lo + 16 <= T) {
-      *reinterpret_cast<uint4*>(row + lo) = make_uint4(w0, w1, w2, w3);
-    } else {
-      for (int q = 0; q < 16; ++q) {
-        const int64_t j = lo + q;
-        if (j < 0 || j >= T) continue;
-        const uint32_t w = q < 4 ? w0 : q < 8 ? w1 : q < 12 ? w2 : w3;
-        row[j] = static_cast<uint8_t>((w >> (8 * (q & 3))) & 0xffu);
-      }
-    }
-  }
-}
-
 // The visibility kernels' first statement: in a programmatic dependent launch (the fast
 // path's), the build grid complete and its stores visible before the first read of
 // node_count and parents; a no-op in an ordinary launch.
@@ -322,38 +274,71 @@ __device__ inline void wait_for_build_grid() {
 #endif
 }
 
-// Visibility rows of all B * T (request, slot) pairs, one warp per row, grid-strided.
-// Rows i > node_count[b] are zero; a row's path is read from the parents output the build
-// kernel wrote (launched before it on the same stream).  Each warp's buffer holds anc_len
-// = min(D, N) + 1 int32 (the longest root path).
+// Zeroes bytes [0, n) of p by the 32 lanes of a warp: 16-byte-aligned chunks stored whole
+// (uint4, 512 bytes per warp store), the bytes before the first and after the last
+// aligned chunk one by one (those chunks are shared with bytes outside [0, n), which
+// other warps write).
+__device__ inline void zero_span_by_warp(uint8_t* p, int64_t n, int lane) {
+  const uintptr_t p0 = reinterpret_cast<uintptr_t>(p);
+  int64_t head = static_cast<int64_t>((16 - (p0 & 15)) & 15);  // bytes before the first aligned chunk
+  if (head > n) head = n;
+  const int64_t body = (n - head) / 16;   // whole aligned chunks
+  const int64_t tail = head + 16 * body;  // first byte after them
+  if (lane < head) p[lane] = 0;
+  if (lane < n - tail) p[tail + lane] = 0;
+  uint4* chunks = reinterpret_cast<uint4*>(p + head);
+  for (int64_t c = lane; c < body; c += kWarp) chunks[c] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// The [B,T,T] visibility of all B requests (T > kFuseT).  Block x (request b = x / tiles,
+// tile x % tiles; tiles = ceil(T / kVisRows)) writes rows [kVisRows * tile, +kVisRows) of
+// request b; warp w of the block takes 32 consecutive rows of them:
+//   1. the block copies request b's parents row to shared memory (par_smem: T <=
+//      kVisSharedT; the walks read the global row instead for larger T) and reads
+//      node_count[b] -- items whose rows all lie past node_count skip the copy;
+//   2. the warp zeroes its rows, one contiguous span of 32 T bytes (zero_span_by_warp);
+//   3. __syncwarp (orders the warp's zero stores before its marks: the same bytes);
+//   4. lane l walks the root path of row i = its first row + l (i <= node_count) up the
+//      parents row, at most anc_len slots, stores 1 at each slot's column of row i.
+// Rows past node_count stay zero; warps whose rows start at or past T do nothing.  Every lane walks its own row, so a
+// warp's 32 walks run side by side (one shared-memory load per step).  anc_len = min(D, N) + 1 bounds the walk as
+// tree_build_ancestors does, so a corrupt parents row can neither loop nor read out of range.
 __global__ void __launch_bounds__(kVisThreads)
-    tree_build_visibility_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len) {
+    tree_build_visibility_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len, int32_t par_smem) {
   const int32_t* __restrict__ node_count = prm.node_count;
   const int32_t* __restrict__ parents = prm.parents;
   uint8_t* __restrict__ visibility = prm.visibility;
-  const int64_t B = prm.B, T = prm.N + 1;
+  const int64_t T = prm.N + 1;
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int32_t s_count;
+  int32_t* s_par = reinterpret_cast<int32_t*>(smem);
   wait_for_build_grid();
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  int32_t* anc = reinterpret_cast<int32_t*>(smem) + warp * anc_len;
-  const int64_t rows = B * T;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kVisWarps + warp; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * kVisWarps) {
-    const int64_t b = r / T, i = r % T;
-    visibility_row_by_warp(visibility + b * T * T, parents + b * T, T, i, node_count[b], anc, anc_len, lane);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarp, lane = tid % kWarp;
+  const int64_t tiles = (T + kVisRows - 1) / kVisRows;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) / tiles,
+                i0 = (static_cast<int64_t>(blockIdx.x) % tiles) * kVisRows;
+  if (tid == 0) s_count = node_count[b];
+  __syncthreads();
+  const int32_t count = s_count;
+  const int32_t* par = parents + b * T;
+  if (par_smem != 0 && i0 <= count) {
+    for (int64_t j = tid; j < T; j += kVisThreads) s_par[j] = par[j];
+    __syncthreads();
+    par = s_par;
   }
-}
-
-__device__ inline void visibility_row_by_warp(uint8_t* vis, const int32_t* parents, int64_t T, int64_t i, int32_t count,
-                                              int32_t* anc, int32_t anc_len, int lane) {
-  int32_t len = 0;
-  if (i <= count) {
-    if (lane == 0) len = tree_build_ancestors(static_cast<int32_t>(i), parents, T, anc_len, anc);
-    len = __shfl_sync(0xffffffffu, len, 0);
-    __syncwarp();  // lane 0's ancestor stores before the other lanes read them
+  const int64_t r0 = i0 + static_cast<int64_t>(warp) * kWarp;  // the warp's first row
+  if (r0 >= T) return;
+  const int64_t rows = T - r0 < kWarp ? T - r0 : kWarp;
+  uint8_t* vis = visibility + b * T * T;
+  zero_span_by_warp(vis + r0 * T, rows * T, lane);
+  __syncwarp();
+  const int64_t i = r0 + lane;
+  if (i < T && i <= count) {
+    uint8_t* row = vis + i * T;
+    int32_t len = 0;
+    for (int32_t s = static_cast<int32_t>(i); s >= 0 && s < T && len < anc_len; s = par[s], ++len) row[s] = 1;
   }
-  write_visibility_row(vis + i * T, T, anc, len, lane);
-  __syncwarp();  // every lane's reads before lane 0 overwrites the buffer for the next row
 }
 
 int32_t vis_anc_len(int64_t N, int64_t D) { return static_cast<int32_t>((D < N ? D : N) + 1); }
@@ -514,10 +499,13 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
                                      l.smem, stream);
   if (err != cudaSuccess) return err;
   if (l.fuse) return cudaSuccess;
-  const int64_t rows = B * T;
-  const int64_t want = (rows + kVisWarps - 1) / kVisWarps;
-  const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
-  const size_t vis_smem = sizeof(int32_t) * static_cast<size_t>(kVisWarps) * static_cast<size_t>(anc_len);
+  // One block per 128 rows of a request: B * ceil(T / 128) <= 2^31 - 1 blocks (more would
+  // be over 35 TB of visibility output).
+  const int64_t items = B * ((T + kVisRows - 1) / kVisRows);
+  if (items > 0x7fffffffLL) return cudaErrorInvalidValue;
+  const unsigned blocks = static_cast<unsigned>(items);
+  const int32_t par_smem = T <= kVisSharedT ? 1 : 0;
+  const size_t vis_smem = par_smem != 0 ? sizeof(int32_t) * static_cast<size_t>(T) : 0;
   // A programmatic dependent launch (the kernel waits for the build grid before its first
   // read): its launch overlaps the build.  Where the attribute is refused, an ordinary one.
   cudaLaunchConfig_t cfg = {};
@@ -530,10 +518,10 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  err = cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len);
+  err = cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len, par_smem);
   if (err == cudaErrorNotSupported) {  // no programmatic launch here: an ordinary one
     (void)cudaGetLastError();
-    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len);
+    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len, par_smem);
     return cudaGetLastError();
   }
   return err;

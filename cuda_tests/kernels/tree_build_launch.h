@@ -62,10 +62,10 @@ cudaError_t tree_build_choose(const TreeBuildParams& p, int device, int32_t* ker
 // [B,T], node_depths / parents / next_token / next_sibling i32 [B,T], visibility u8
 // [B,T,T], status i32 [B], T = N + 1 (every element written).  Two launches: the build
 // kernel (one block per request, tree_build_smem_bytes(N, D, p.kernel) bytes of dynamic
-// shared memory, see tree_build_configure), then the visibility kernel (one warp per row,
-// the whole GPU).  Returns the first launch error (cudaGetLastError()); does not
-// synchronize.  B == 0 launches nothing and returns cudaSuccess; B, D, K or N < 0, N >
-// 2^31 - 2, B > 2^31 - 1 or another kernel value returns cudaErrorInvalidValue.
+// shared memory, see tree_build_configure), then, for T > 128, the visibility kernel (32 rows
+// per warp, the whole GPU; for T <= 128 the build block writes the visibility itself).  Returns the first launch error
+// (cudaGetLastError()); does not synchronize.  B == 0 launches nothing and returns cudaSuccess; B, D, K or N < 0, N >
+// 2^31 - 2, B > 2^31 - 1, B * ceil((N + 1) / 128) > 2^31 - 1 or another kernel value returns cudaErrorInvalidValue.
 cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream);
 
 }  // namespace kdtr

@@ -52,21 +52,27 @@ def test_committed_golden_is_the_generation(name, goldens, repo_root):
 # --- tree_build_visibility_kernel: 16-byte chunks -------------------------------------------
 
 
-def chunked_visibility(vis: np.ndarray, head_in_count: bool = True) -> np.ndarray:
-    """The [B,T,T] bytes write_visibility_row leaves in a buffer poisoned with 0x5a (base
-    16-byte aligned, as cudaMalloc's), each row's ones taken from ``vis``. head_in_count=False:
-    the mutant chunk_count_ignores_head (chunks = (T + 15) / 16)."""
+def span_visibility(vis: np.ndarray, zero_head: bool = True, zero_tail: bool = True) -> np.ndarray:
+    """The [B,T,T] bytes tree_build_visibility_kernel leaves in a buffer poisoned with 0x5a
+    (base 16-byte aligned, as cudaMalloc's): each warp's span of 32 consecutive rows zeroed
+    (zero_span_by_warp: aligned 16-byte chunks, the bytes before the first and after the last
+    one by one), then each row's ones from ``vis``.  zero_head / zero_tail False: the mutants
+    zero_head_bytes_missing / zero_tail_bytes_missing (those bytes left as they were)."""
     b, t, _ = vis.shape
     flat = np.full(b * t * t, POISON, np.uint8)
-    src = vis.reshape(-1)
-    for row in range(b * t):
-        p0 = row * t
-        head = p0 % 16
-        chunks = (head + t + 15) // 16 if head_in_count else (t + 15) // 16
-        for c in range(chunks):
-            lo = 16 * c - head
-            for j in range(max(lo, 0), min(lo + 16, t)):
-                flat[p0 + j] = src[p0 + j]
+    for req in range(b):
+        for r0 in range(0, t, 32):
+            start = req * t * t + r0 * t
+            n = min(32, t - r0) * t
+            head = min((16 - start % 16) % 16, n)
+            tail = head + 16 * ((n - head) // 16)
+            flat[start + head:start + tail] = 0
+            if zero_head:
+                flat[start:start + head] = 0
+            if zero_tail:
+                flat[start + tail:start + n] = 0
+    ones = vis.reshape(-1) == 1
+    flat[ones] = 1
     return flat.reshape(b, t, t)
 
 
@@ -78,26 +84,17 @@ def test_vis_unaligned_rows_shape(goldens):
     assert (t["expected.visibility"][:, -1, -1] == 1).all()  # the last row's last byte is 1
 
 
-def test_vis_unaligned_rows_kill_a_chunk_count_without_the_head(goldens):
-    t, _ = goldens["vis_unaligned_rows"]
-    vis = t["expected.visibility"]
-    assert (chunked_visibility(vis) == vis).all()
-    bad = chunked_visibility(vis, head_in_count=False)
-    assert (bad != vis).any()
-    assert (bad[:, -1, -1] == POISON).any()  # a last row's own diagonal is lost
-
-
-def test_older_goldens_do_not_reach_the_head_chunk(repo_root):
-    """Why the mutant survived: every T > 128 golden before these has T % 16 == 1 (or 0 would
-    do), where a row's head never adds a chunk."""
-    for path in committed(repo_root, "tree_build"):
-        g = kdtr.load(path)
-        tt = g.metadata["max_budget"] + 1
-        if tt <= FUSE_T or path.stem in NEW:
-            continue
-        assert tt % 16 in (0, 1), path.stem
-        vis = g.tensors["expected.visibility"]
-        assert (chunked_visibility(vis[:2], head_in_count=False) == vis[:2]).all(), path.stem
+@pytest.mark.parametrize("golden", ["vis_unaligned_rows", "mixed", "wide", "large_batch"])
+def test_warp_spans_unaligned_at_both_ends(golden, repo_root):
+    """These goldens have warp spans that start and end inside a 16-byte chunk (32 T bytes
+    apart, so only a request's start b T T and its end can be unaligned: B >= 2, T odd), so
+    the kernel's head and tail bytes are written and a kernel that leaves either out keeps
+    the poison (mutants zero_head_bytes_missing, zero_tail_bytes_missing)."""
+    vis = kdtr.load(repo_root / "golden" / "tree_build" / f"{golden}.kdtr").tensors["expected.visibility"]
+    assert vis.shape[1] > FUSE_T
+    assert (span_visibility(vis) == vis).all()
+    assert (span_visibility(vis, zero_head=False) == POISON).any()
+    assert (span_visibility(vis, zero_tail=False) == POISON).any()
 
 
 # --- the fused block (T <= 128): the copy out -----------------------------------------------
