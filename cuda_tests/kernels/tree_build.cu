@@ -46,10 +46,12 @@ constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and 
 constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
 constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
 constexpr int64_t kSmallN = 256;
-constexpr int64_t kFuseT = 128;            // T <= kFuseT: the build block writes its visibility
-constexpr int kVisThreads = 128;           // visibility kernel: 4 warps ...
-constexpr int64_t kVisRows = kVisThreads;  // ... of 32 rows each per work item
-constexpr int64_t kVisSharedT = 8192;      // T <= kVisSharedT: parents row in shared memory
+constexpr int64_t kFuseT = 128;                           // T <= kFuseT: the build block writes its visibility
+constexpr int kVisThreads = 128;                          // visibility kernel: 4 warps ...
+constexpr int64_t kVisRows = kVisThreads;                 // ... of 32 rows each per work item
+constexpr int64_t kVisSharedT = 8192;                     // T <= kVisSharedT: parents row in shared memory
+constexpr int kVisPathCap = 8;                            // root-path slots a lane keeps in shared memory
+constexpr int kVisPathWords = kVisThreads * kVisPathCap;  // the block's path buffers (int32)
 static_assert(kHeapThreads % kWarp == 0, "whole warps");
 static_assert(kVisRows % kWarp == 0 && kVisThreads / kWarp * kWarp == kVisRows, "visibility: 32 rows per warp");
 static_assert(sizeof(TreeBuildCand) == 24, "heap entry layout");
@@ -296,13 +298,16 @@ __device__ inline void zero_span_by_warp(uint8_t* p, int64_t n, int lane) {
 //   1. the block copies request b's parents row to shared memory (par_smem: T <=
 //      kVisSharedT; the walks read the global row instead for larger T) and reads
 //      node_count[b] -- items whose rows all lie past node_count skip the copy;
-//   2. the warp zeroes its rows, one contiguous span of 32 T bytes (zero_span_by_warp);
-//   3. __syncwarp (orders the warp's zero stores before its marks: the same bytes);
-//   4. lane l walks the root path of row i = its first row + l (i <= node_count) up the
-//      parents row, at most anc_len slots, stores 1 at each slot's column of row i.
-// Rows past node_count stay zero; warps whose rows start at or past T do nothing.  Every lane walks its own row, so a
-// warp's 32 walks run side by side (one shared-memory load per step).  anc_len = min(D, N) + 1 bounds the walk as
-// tree_build_ancestors does, so a corrupt parents row can neither loop nor read out of range.
+//   2. lane l walks the root path of its row r0 + l (rows <= node_count; at most anc_len
+//      slots, as tree_build_ancestors), all 32 walks side by side, keeping the first
+//      kVisPathCap slots in the warp's path buffer (column l) and the path's length;
+//   3. row by row, the warp zeroes row j (zero_span_by_warp), __syncwarp (the zero stores
+//      before the marks: the same bytes, other lanes), and lane k stores the 1 of row j's
+//      k-th path slot (lane 0 walks on past kVisPathCap slots, from the last one kept).
+// A row's 1s are stored right after its zeros, while their lines are still in L2 (a late
+// partial-sector store of an evicted line costs the DRAM a read-modify-write).  Rows past
+// node_count stay zero; warps whose rows start at or past T do nothing.  anc_len = min(D,
+// N) + 1 bounds every walk, so a corrupt parents row can neither loop nor read out of range.
 __global__ void __launch_bounds__(kVisThreads)
     tree_build_visibility_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len, int32_t par_smem) {
   const int32_t* __restrict__ node_count = prm.node_count;
@@ -311,7 +316,8 @@ __global__ void __launch_bounds__(kVisThreads)
   const int64_t T = prm.N + 1;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t s_count;
-  int32_t* s_par = reinterpret_cast<int32_t*>(smem);
+  int32_t* s_path = reinterpret_cast<int32_t*>(smem);  // [warps][kVisPathCap][32]
+  int32_t* s_par = s_path + kVisPathWords;
   wait_for_build_grid();
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarp, lane = tid % kWarp;
@@ -330,14 +336,23 @@ __global__ void __launch_bounds__(kVisThreads)
   const int64_t r0 = i0 + static_cast<int64_t>(warp) * kWarp;  // the warp's first row
   if (r0 >= T) return;
   const int64_t rows = T - r0 < kWarp ? T - r0 : kWarp;
+  int32_t* path = s_path + warp * kVisPathCap * kWarp;
+  int32_t len = 0;
+  if (lane < rows && r0 + lane <= count)
+    for (int32_t s = static_cast<int32_t>(r0 + lane); s >= 0 && s < T && len < anc_len; s = par[s], ++len)
+      if (len < kVisPathCap) path[len * kWarp + lane] = s;
+  __syncwarp();  // the path buffer's stores before other lanes read them
   uint8_t* vis = visibility + b * T * T;
-  zero_span_by_warp(vis + r0 * T, rows * T, lane);
-  __syncwarp();
-  const int64_t i = r0 + lane;
-  if (i < T && i <= count) {
-    uint8_t* row = vis + i * T;
-    int32_t len = 0;
-    for (int32_t s = static_cast<int32_t>(i); s >= 0 && s < T && len < anc_len; s = par[s], ++len) row[s] = 1;
+  for (int64_t j = 0; j < rows; ++j) {
+    uint8_t* row = vis + (r0 + j) * T;
+    zero_span_by_warp(row, T, lane);
+    __syncwarp();
+    const int32_t n = __shfl_sync(0xffffffffu, len, static_cast<int>(j));
+    if (lane < n && lane < kVisPathCap) row[path[lane * kWarp + j]] = 1;
+    if (lane == 0 && n > kVisPathCap) {  // the rest of a long path, walked on from its last kept slot
+      int32_t s = par[path[(kVisPathCap - 1) * kWarp + j]];
+      for (int32_t k = kVisPathCap; k < n && s >= 0 && s < T; ++k, s = par[s]) row[s] = 1;
+    }
   }
 }
 
@@ -505,7 +520,7 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (items > 0x7fffffffLL) return cudaErrorInvalidValue;
   const unsigned blocks = static_cast<unsigned>(items);
   const int32_t par_smem = T <= kVisSharedT ? 1 : 0;
-  const size_t vis_smem = par_smem != 0 ? sizeof(int32_t) * static_cast<size_t>(T) : 0;
+  const size_t vis_smem = sizeof(int32_t) * (kVisPathWords + (par_smem != 0 ? static_cast<size_t>(T) : 0));
   // A programmatic dependent launch (the kernel waits for the build grid before its first
   // read): its launch overlaps the build.  Where the attribute is refused, an ordinary one.
   cudaLaunchConfig_t cfg = {};

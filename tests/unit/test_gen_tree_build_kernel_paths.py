@@ -54,23 +54,21 @@ def test_committed_golden_is_the_generation(name, goldens, repo_root):
 
 def span_visibility(vis: np.ndarray, zero_head: bool = True, zero_tail: bool = True) -> np.ndarray:
     """The [B,T,T] bytes tree_build_visibility_kernel leaves in a buffer poisoned with 0x5a
-    (base 16-byte aligned, as cudaMalloc's): each warp's span of 32 consecutive rows zeroed
-    (zero_span_by_warp: aligned 16-byte chunks, the bytes before the first and after the last
-    one by one), then each row's ones from ``vis``.  zero_head / zero_tail False: the mutants
+    (base 16-byte aligned, as cudaMalloc's): each row zeroed by a warp (zero_span_by_warp:
+    aligned 16-byte chunks, the bytes before the first and after the last one by one), then
+    the row's ones from ``vis``.  zero_head / zero_tail False: the mutants
     zero_head_bytes_missing / zero_tail_bytes_missing (those bytes left as they were)."""
     b, t, _ = vis.shape
     flat = np.full(b * t * t, POISON, np.uint8)
-    for req in range(b):
-        for r0 in range(0, t, 32):
-            start = req * t * t + r0 * t
-            n = min(32, t - r0) * t
-            head = min((16 - start % 16) % 16, n)
-            tail = head + 16 * ((n - head) // 16)
-            flat[start + head:start + tail] = 0
-            if zero_head:
-                flat[start:start + head] = 0
-            if zero_tail:
-                flat[start + tail:start + n] = 0
+    for row in range(b * t):
+        start = row * t
+        head = min((16 - start % 16) % 16, t)
+        tail = head + 16 * ((t - head) // 16)
+        flat[start + head:start + tail] = 0
+        if zero_head:
+            flat[start:start + head] = 0
+        if zero_tail:
+            flat[start + tail:start + t] = 0
     ones = vis.reshape(-1) == 1
     flat[ones] = 1
     return flat.reshape(b, t, t)
@@ -84,12 +82,11 @@ def test_vis_unaligned_rows_shape(goldens):
     assert (t["expected.visibility"][:, -1, -1] == 1).all()  # the last row's last byte is 1
 
 
-@pytest.mark.parametrize("golden", ["vis_unaligned_rows", "mixed", "wide", "large_batch"])
+@pytest.mark.parametrize("golden", ["vis_unaligned_rows", "mixed", "wide", "select_ties_n1024"])
 def test_warp_spans_unaligned_at_both_ends(golden, repo_root):
-    """These goldens have warp spans that start and end inside a 16-byte chunk (32 T bytes
-    apart, so only a request's start b T T and its end can be unaligned: B >= 2, T odd), so
-    the kernel's head and tail bytes are written and a kernel that leaves either out keeps
-    the poison (mutants zero_head_bytes_missing, zero_tail_bytes_missing)."""
+    """These goldens (T odd) have rows that start and end inside a 16-byte chunk, so the
+    kernel's head and tail bytes are written and a kernel that leaves either out keeps the
+    poison (mutants zero_head_bytes_missing, zero_tail_bytes_missing)."""
     vis = kdtr.load(repo_root / "golden" / "tree_build" / f"{golden}.kdtr").tensors["expected.visibility"]
     assert vis.shape[1] > FUSE_T
     assert (span_visibility(vis) == vis).all()
