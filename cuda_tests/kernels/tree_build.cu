@@ -16,10 +16,11 @@
 //     3. T <= 128: the request's [T,T] visibility block, built in shared memory and copied
 //        out whole
 //   tree_build_visibility_kernel (T > 128): the [B,T,T] visibility block spread over the
-//     whole GPU (a request's rows are not tied to its build block), 128 rows of one request
-//     per work item of a 128-thread block: the block copies the request's parents row to
-//     shared memory, each warp zeroes its 32 consecutive rows (one contiguous span, 16-byte
-//     stores) and each lane then walks its own row's root path, storing its 1s.  It is a
+//     whole GPU (a request's rows are not tied to its build block), 4-128 rows of one request
+//     per 128-thread block (1-32 per warp, more for a larger batch): the block copies the
+//     request's parents row to shared memory, each lane walks its row's root path, then the
+//     warp zeroes its rows one by one (16-byte stores), each row's 1s stored right after
+//     its zeros.  It is a
 //     programmatic dependent launch (sm_90; the build kernel lets it start at once and it
 //     waits, griddepcontrol.wait: the build grid complete, its stores visible, before its
 //     first read, so its launch overlaps the build).
@@ -46,14 +47,15 @@ constexpr int kHeapThreads = kTreeBuildThreads;  // heap kernel: validation and 
 constexpr int kSelectThreads = 1024;             // select kernel: one block-wide team ...
 constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= kSmallN
 constexpr int64_t kSmallN = 256;
-constexpr int64_t kFuseT = 128;                           // T <= kFuseT: the build block writes its visibility
-constexpr int kVisThreads = 128;                          // visibility kernel: 4 warps ...
-constexpr int64_t kVisRows = kVisThreads;                 // ... of 32 rows each per work item
-constexpr int64_t kVisSharedT = 8192;                     // T <= kVisSharedT: parents row in shared memory
-constexpr int kVisPathCap = 8;                            // root-path slots a lane keeps in shared memory
+constexpr int64_t kFuseT = 128;   // T <= kFuseT: the build block writes its visibility
+constexpr int kVisThreads = 128;  // visibility kernel: 4 warps of 1-32 rows each per block
+constexpr int kVisWarps = kVisThreads / 32;
+constexpr int64_t kVisRowsPerWarpStep = 512;  // a warp's rows: doubled per 512 rows of the batch (B T), up to 32
+constexpr int64_t kVisSharedT = 8192;         // T <= kVisSharedT: parents row in shared memory
+constexpr int kVisPathCap = 8;                // root-path slots a lane keeps in shared memory
 constexpr int kVisPathWords = kVisThreads * kVisPathCap;  // the block's path buffers (int32)
 static_assert(kHeapThreads % kWarp == 0, "whole warps");
-static_assert(kVisRows % kWarp == 0 && kVisThreads / kWarp * kWarp == kVisRows, "visibility: 32 rows per warp");
+static_assert(kVisWarps * kWarp == kVisThreads, "visibility: whole warps");
 static_assert(sizeof(TreeBuildCand) == 24, "heap entry layout");
 
 // The heap build's bytes: queue of N + 1 candidates, then 5 int32 slot arrays of T.
@@ -293,13 +295,14 @@ __device__ inline void zero_span_by_warp(uint8_t* p, int64_t n, int lane) {
 }
 
 // The [B,T,T] visibility of all B requests (T > kFuseT).  Block x (request b = x / tiles,
-// tile x % tiles; tiles = ceil(T / kVisRows)) writes rows [kVisRows * tile, +kVisRows) of
-// request b; warp w of the block takes 32 consecutive rows of them:
+// tile x % tiles; tile_rows = 4 rpw, tiles = ceil(T / tile_rows)) writes rows [tile_rows *
+// tile, +tile_rows) of request b; warp w of the block takes rpw consecutive rows of them
+// (rpw, rows per warp: 1, 2, 4, ..., 32, vis_rows_per_warp):
 //   1. the block copies request b's parents row to shared memory (par_smem: T <=
 //      kVisSharedT; the walks read the global row instead for larger T) and reads
 //      node_count[b] -- items whose rows all lie past node_count skip the copy;
-//   2. lane l walks the root path of its row r0 + l (rows <= node_count; at most anc_len
-//      slots, as tree_build_ancestors), all 32 walks side by side, keeping the first
+//   2. lane l < rpw walks the root path of its row r0 + l (rows <= node_count; at most
+//      anc_len slots, as tree_build_ancestors), the walks side by side, keeping the first
 //      kVisPathCap slots in the warp's path buffer (column l) and the path's length;
 //   3. row by row, the warp zeroes row j (zero_span_by_warp), __syncwarp (the zero stores
 //      before the marks: the same bytes, other lanes), and lane k stores the 1 of row j's
@@ -309,7 +312,8 @@ __device__ inline void zero_span_by_warp(uint8_t* p, int64_t n, int lane) {
 // node_count stay zero; warps whose rows start at or past T do nothing.  anc_len = min(D,
 // N) + 1 bounds every walk, so a corrupt parents row can neither loop nor read out of range.
 __global__ void __launch_bounds__(kVisThreads)
-    tree_build_visibility_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len, int32_t par_smem) {
+    tree_build_visibility_kernel(const __grid_constant__ TreeBuildParams prm, int32_t anc_len, int32_t par_smem,
+                                 int32_t rpw) {
   const int32_t* __restrict__ node_count = prm.node_count;
   const int32_t* __restrict__ parents = prm.parents;
   uint8_t* __restrict__ visibility = prm.visibility;
@@ -321,9 +325,9 @@ __global__ void __launch_bounds__(kVisThreads)
   wait_for_build_grid();
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarp, lane = tid % kWarp;
-  const int64_t tiles = (T + kVisRows - 1) / kVisRows;
+  const int64_t tile_rows = static_cast<int64_t>(kVisWarps) * rpw, tiles = (T + tile_rows - 1) / tile_rows;
   const int64_t b = static_cast<int64_t>(blockIdx.x) / tiles,
-                i0 = (static_cast<int64_t>(blockIdx.x) % tiles) * kVisRows;
+                i0 = (static_cast<int64_t>(blockIdx.x) % tiles) * tile_rows;
   if (tid == 0) s_count = node_count[b];
   __syncthreads();
   const int32_t count = s_count;
@@ -333,9 +337,9 @@ __global__ void __launch_bounds__(kVisThreads)
     __syncthreads();
     par = s_par;
   }
-  const int64_t r0 = i0 + static_cast<int64_t>(warp) * kWarp;  // the warp's first row
+  const int64_t r0 = i0 + static_cast<int64_t>(warp) * rpw;  // the warp's first row
   if (r0 >= T) return;
-  const int64_t rows = T - r0 < kWarp ? T - r0 : kWarp;
+  const int64_t rows = T - r0 < rpw ? T - r0 : rpw;
   int32_t* path = s_path + warp * kVisPathCap * kWarp;
   int32_t len = 0;
   if (lane < rows && r0 + lane <= count)
@@ -357,6 +361,15 @@ __global__ void __launch_bounds__(kVisThreads)
 }
 
 int32_t vis_anc_len(int64_t N, int64_t D) { return static_cast<int32_t>((D < N ? D : N) + 1); }
+
+// The visibility kernel's rows per warp for B * T rows: 1, doubled for each doubling of the
+// batch's rows past 2 kVisRowsPerWarpStep, at most 32 -- one row per warp (the most warps)
+// for a small batch, 32 (each walk step shared by 32 rows) where warps are plentiful.
+int32_t vis_rows_per_warp(int64_t rows) {
+  int32_t rpw = 1;
+  while (rpw < kWarp && 2 * rpw * kVisRowsPerWarpStep <= rows) rpw *= 2;
+  return rpw;
+}
 
 // The build kernel instance for N and `kernel`, its threads, and its dynamic shared memory
 // (the build's bytes, plus the ancestor buffers when it writes the visibility itself).
@@ -514,9 +527,11 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
                                      l.smem, stream);
   if (err != cudaSuccess) return err;
   if (l.fuse) return cudaSuccess;
-  // One block per 128 rows of a request: B * ceil(T / 128) <= 2^31 - 1 blocks (more would
-  // be over 35 TB of visibility output).
-  const int64_t items = B * ((T + kVisRows - 1) / kVisRows);
+  // One block per 4 rpw rows of a request: B * ceil(T / (4 rpw)) <= 2^31 - 1 blocks (more
+  // would be over 2 TB of visibility output).
+  const int32_t rpw = vis_rows_per_warp(B * T);
+  const int64_t tile_rows = static_cast<int64_t>(kVisWarps) * rpw;
+  const int64_t items = B * ((T + tile_rows - 1) / tile_rows);
   if (items > 0x7fffffffLL) return cudaErrorInvalidValue;
   const unsigned blocks = static_cast<unsigned>(items);
   const int32_t par_smem = T <= kVisSharedT ? 1 : 0;
@@ -533,10 +548,10 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  err = cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len, par_smem);
+  err = cudaLaunchKernelEx(&cfg, tree_build_visibility_kernel, p, anc_len, par_smem, rpw);
   if (err == cudaErrorNotSupported) {  // no programmatic launch here: an ordinary one
     (void)cudaGetLastError();
-    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len, par_smem);
+    tree_build_visibility_kernel<<<blocks, kVisThreads, vis_smem, stream>>>(p, anc_len, par_smem, rpw);
     return cudaGetLastError();
   }
   return err;
