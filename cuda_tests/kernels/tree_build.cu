@@ -20,10 +20,9 @@
 //     per 128-thread block (1-32 per warp, more for a larger batch): the block copies the
 //     request's parents row to shared memory, each lane walks its row's root path, then the
 //     warp zeroes its rows one by one (16-byte stores), each row's 1s stored right after
-//     its zeros.  It is a
-//     programmatic dependent launch (sm_90; the build kernel lets it start at once and it
-//     waits, griddepcontrol.wait: the build grid complete, its stores visible, before its
-//     first read, so its launch overlaps the build).
+//     its zeros.  It is a programmatic dependent launch (sm_90; the build kernel lets it
+//     start at once and it waits, griddepcontrol.wait: the build grid complete, its stores
+//     visible, before its first read, so its launch overlaps the build).
 //
 // Shared memory of the build kernel (tree_build_smem_bytes): the heap build's queue (N + 1
 // candidates of 24 B) and slot arrays (5 int32 [T]); for the select kernel its candidate
@@ -49,7 +48,7 @@ constexpr int kSelectThreadsSmall = 256;         // ... of 256 threads for N <= 
 constexpr int64_t kSmallN = 256;
 constexpr int64_t kFuseT = 128;   // T <= kFuseT: the build block writes its visibility
 constexpr int kVisThreads = 128;  // visibility kernel: 4 warps of 1-32 rows each per block
-constexpr int kVisWarps = kVisThreads / 32;
+constexpr int kVisWarps = kVisThreads / kWarp;
 constexpr int64_t kVisRowsPerWarpStep = 512;  // a warp's rows: doubled per 512 rows of the batch (B T), up to 32
 constexpr int64_t kVisSharedT = 8192;         // T <= kVisSharedT: parents row in shared memory
 constexpr int kVisPathCap = 8;                // root-path slots a lane keeps in shared memory
@@ -516,6 +515,13 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (p.kernel != TREE_BUILD_KERNEL_HEAP && p.kernel != TREE_BUILD_KERNEL_SELECT) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
   const BuildLaunch l = build_launch(N, D, K, p.kernel);
+  // The visibility kernel's grid, checked before anything is launched: one block per 4 rpw
+  // rows of a request, B * ceil(T / (4 rpw)) <= 2^31 - 1 blocks (more would be over 2 TB of
+  // visibility output).
+  const int32_t rpw = vis_rows_per_warp(B * T);
+  const int64_t tile_rows = static_cast<int64_t>(kVisWarps) * rpw;
+  const int64_t items = B * ((T + tile_rows - 1) / tile_rows);
+  if (!l.fuse && items > 0x7fffffffLL) return cudaErrorInvalidValue;
   const int32_t anc_len = vis_anc_len(N, D);
   uint8_t* fused_visibility = l.fuse ? p.visibility : nullptr;
   // The build kernel's instance is chosen at run time (BuildLaunch::fn): cudaLaunchKernel
@@ -527,12 +533,6 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
                                      l.smem, stream);
   if (err != cudaSuccess) return err;
   if (l.fuse) return cudaSuccess;
-  // One block per 4 rpw rows of a request: B * ceil(T / (4 rpw)) <= 2^31 - 1 blocks (more
-  // would be over 2 TB of visibility output).
-  const int32_t rpw = vis_rows_per_warp(B * T);
-  const int64_t tile_rows = static_cast<int64_t>(kVisWarps) * rpw;
-  const int64_t items = B * ((T + tile_rows - 1) / tile_rows);
-  if (items > 0x7fffffffLL) return cudaErrorInvalidValue;
   const unsigned blocks = static_cast<unsigned>(items);
   const int32_t par_smem = T <= kVisSharedT ? 1 : 0;
   const size_t vis_smem = sizeof(int32_t) * (kVisPathWords + (par_smem != 0 ? static_cast<size_t>(T) : 0));
