@@ -6,9 +6,9 @@
 //
 //   tree_build_kernel<threads, select>: one block per request.
 //     1. all threads: statuses 3-6 over the checked rows' elements, striped, reduced with
-//        atomicMin to the first failing status
-//     2. select kernel (256 threads for N <= 256, else 1024): the request's log-prob rows
-//        widened to double in shared memory, then the select build (tree_select_grow:
+//        atomicMin to the first failing status (the select kernel checks a copy of the
+//        rows staged in shared memory, the log-probs also widened to double there)
+//     2. select kernel (256 threads for N <= 256, else 1024): the select build (tree_select_grow:
 //        depth-by-depth collection above a threshold, histogram raises, a rank sort of
 //        chunks merged by binary search) and its node rows; where it gives up -- or for the
 //        heap kernel (256 threads), or an invalid request -- thread 0 runs the heap build in
@@ -26,14 +26,12 @@
 //
 // Shared memory of the build kernel (tree_build_smem_bytes): the heap build's queue (N + 1
 // candidates of 24 B) and slot arrays (5 int32 [T]); for the select kernel its candidate
-// set (tree_select_set_bytes(tree_select_capacity(N))) and the widened rows (D * K
-// doubles) in the same bytes; for T <= 128 the parents row and the T x T block after them.
+// set (tree_select_set_bytes(tree_select_capacity(N))) and the staged rows (D * K doubles,
+// int64 ids and floats) in the same bytes; for T <= 128 the parents row and the T x T block after them.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 
 #include "tree_build.cuh"
 #include "tree_build_launch.h"
@@ -63,13 +61,15 @@ __host__ __device__ inline size_t heap_bytes(int64_t N) {
 }
 
 // The build's bytes: the heap build's, and for the select kernel the larger of that and its
-// candidate set followed by the request's log-probs widened to double (D * K).
+// candidate set followed by the request's staged rows: the log-probs widened to double, the
+// token ids and the log-probs as read (D * K each; 8, 8 and 4 bytes).
 __host__ __device__ inline size_t build_smem_bytes(int64_t N, int64_t D, int64_t K, bool select) {
   const size_t heap = heap_bytes(N);
   if (!select) return heap;
   if (D > 0 && K > (int64_t{1} << 36) / D) return ~size_t{0} / 2;  // D * K doubles never fit
+  const size_t dk = static_cast<size_t>(D) * static_cast<size_t>(K);
   const size_t set = (tree_select_set_bytes(tree_select_capacity(N)) + 15) / 16 * 16 +
-                     sizeof(double) * static_cast<size_t>(D) * static_cast<size_t>(K);
+                     (sizeof(double) + sizeof(int64_t)) * dk + (sizeof(float) * dk + 7) / 8 * 8;
   return set > heap ? set : heap;
 }
 
@@ -86,56 +86,77 @@ struct MaxOp {
   }
 };
 
-// The CUDA block as the select build's team (operations as TreeSelectSerialTeam): cub
-// block scans and reductions, results broadcast to every thread, a barrier after each so
-// the temporary storage can be reused at once.
+// The CUDA block as the select build's team (operations as TreeSelectSerialTeam).  Scans
+// and reductions are warp shuffles, the warps' partial results exchanged through shared
+// memory with one barrier: each collective writes one of two buffers (they alternate,
+// block-uniformly), so the next collective never overwrites a buffer some thread is still
+// reading -- the one after it, which writes the same buffer again, comes after the next
+// collective's barrier, which every thread reaches only after its reads.  (cub's block scan
+// followed by the barrier its storage's reuse needs measured 400 and 700 cycles at 256 and
+// 1024 threads: docs/benchmarks.md.)
 template <int kThreads>
 struct BlockTeam {
-  using Scan = cub::BlockScan<int32_t, kThreads>;
-  using ReduceD = cub::BlockReduce<double, kThreads>;
-  using ReduceI = cub::BlockReduce<int32_t, kThreads>;
+  static constexpr int kWarps = kThreads / kWarp;
+  static_assert(kWarps * kWarp == kThreads && kWarps <= kWarp, "whole warps, at most 32");
   struct Storage {
-    union {
-      typename Scan::TempStorage scan;
-      typename ReduceD::TempStorage rd;
-      typename ReduceI::TempStorage ri;
-    } u;
-    double d;
-    int32_t i;
+    int32_t i[2][kWarps];
+    double d[2][kWarps];
   };
   Storage& st;
+  int parity = 0;  // the buffer of the next collective (every thread calls every collective)
 
   __device__ int32_t lane() const { return static_cast<int32_t>(threadIdx.x); }
   __device__ int32_t lanes() const { return kThreads; }
   __device__ void sync() { __syncthreads(); }
   __device__ int32_t exclusive_sum(int32_t x, int32_t* total) {
-    int32_t out = 0;
-    Scan(st.u.scan).ExclusiveSum(x, out, *total);
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    int32_t incl = x;
+#pragma unroll
+    for (int o = 1; o < kWarp; o <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    int32_t* buf = st.i[parity];
+    parity ^= 1;
+    if (lane == kWarp - 1) buf[warp] = incl;
     __syncthreads();
-    return out;
+    int32_t wincl = lane < kWarps ? buf[lane] : 0;  // the warps' totals, scanned
+#pragma unroll
+    for (int o = 1; o < kWarps; o <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, wincl, o);
+      if (lane >= o) wincl += y;
+    }
+    *total = __shfl_sync(0xffffffffu, wincl, kWarps - 1);
+    const int32_t before = warp == 0 ? 0 : __shfl_sync(0xffffffffu, wincl, warp > 0 ? warp - 1 : 0);
+    return before + incl - x;
   }
   template <class Op>
   __device__ double reduce_d(double x, Op op) {
-    const double r = ReduceD(st.u.rd).Reduce(x, op);
-    if (threadIdx.x == 0) st.d = r;
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
+    double* buf = st.d[parity];
+    parity ^= 1;
+    if (lane == 0) buf[warp] = x;
     __syncthreads();
-    const double all = st.d;
-    __syncthreads();
+    double all = buf[lane % kWarps];
+#pragma unroll
+    for (int o = kWarps / 2; o > 0; o >>= 1) all = op(all, __shfl_xor_sync(0xffffffffu, all, o));
     return all;
   }
   __device__ double min(double x) { return reduce_d(x, MinOp()); }
   __device__ double max(double x) { return reduce_d(x, MaxOp()); }
   __device__ int32_t max_int(int32_t x) {
-    const int32_t r = ReduceI(st.u.ri).Reduce(x, MaxOp());
-    if (threadIdx.x == 0) st.i = r;
+    const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+    x = __reduce_max_sync(0xffffffffu, x);
+    int32_t* buf = st.i[parity];
+    parity ^= 1;
+    if (lane == 0) buf[warp] = x;
     __syncthreads();
-    const int32_t all = st.i;
-    __syncthreads();
-    return all;
+    return __reduce_max_sync(0xffffffffu, buf[lane % kWarps]);
   }
   __device__ bool any(bool x) { return __syncthreads_or(x ? 1 : 0) != 0; }
   __device__ void add(int32_t* p, int32_t v) { atomicAdd(p, v); }
-  __device__ int32_t fetch_add(int32_t* p, int32_t v) { return atomicAdd(p, v); }
   __device__ void min_u64(uint64_t* p, uint64_t v) {
     atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
   }
@@ -180,21 +201,41 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t req_depth_limit = depth_limit[b];
   const int64_t row = b * T;
 
-  // Phase 1: validation.
+  KDTR_TB_MARK(0);
+  // Phase 1: validation.  The select kernel first stages the checked rows in shared memory
+  // (one coalesced read of each input; the log-probs also widened to double for the build)
+  // and checks the staged copies; the heap kernel checks the global rows.
   if (tid == 0) s_defect = TREE_BUILD_NO_DEFECT;
-  __syncthreads();
   int32_t st = tree_build_check_ranges(req_budget, req_depth_limit, N, D);
+  const int64_t items = st == TREE_BUILD_OK ? static_cast<int64_t>(req_depth_limit) * K : 0;
+  const float* check_lp = lp;
+  const int64_t* check_ids = ids;
+  double* lpd = nullptr;  // select kernel: the staged rows, widened (row stride K)
+  if constexpr (kSelect) {
+    lpd = reinterpret_cast<double*>(smem + (tree_select_set_bytes(tree_select_capacity(N)) + 15) / 16 * 16);
+    int64_t* ids_s = reinterpret_cast<int64_t*>(lpd + D * K);
+    float* lp_s = reinterpret_cast<float*>(ids_s + D * K);
+    for (int64_t e = tid; e < items; e += kThreads) {
+      const float x = lp[e];
+      lp_s[e] = x;
+      lpd[e] = static_cast<double>(x);
+      ids_s[e] = ids[e];
+    }
+    check_lp = lp_s;
+    check_ids = ids_s;
+  }
+  __syncthreads();
   if (st == TREE_BUILD_OK) {
     int32_t worst = TREE_BUILD_NO_DEFECT;
-    const int64_t items = static_cast<int64_t>(req_depth_limit) * K;
     for (int64_t e = tid; e < items; e += kThreads) {
-      const int32_t s = tree_build_check_item(lp, ids, K, e / K, e % K);
+      const int32_t s = tree_build_check_item(check_lp, check_ids, K, e / K, e % K);
       worst = s < worst ? s : worst;
     }
     if (worst != TREE_BUILD_NO_DEFECT) atomicMin(&s_defect, worst);
   }
   __syncthreads();
   if (st == TREE_BUILD_OK && s_defect != TREE_BUILD_NO_DEFECT) st = s_defect;
+  KDTR_TB_MARK(1);
 
   // Phase 2a: the select build, by the whole block (uniform: st and every decision of
   // tree_select_grow are block-wide values).
@@ -206,17 +247,15 @@ __global__ void __launch_bounds__(kThreads)
       BlockTeam<kThreads> team{team_storage};
       const int64_t cap = tree_select_capacity(N);
       const TreeSelectSet set = tree_select_set(smem, cap);
-      // The rows the build reads, widened to double once (coalesced), in shared memory.
-      double* lpd = reinterpret_cast<double*>(smem + (tree_select_set_bytes(cap) + 15) / 16 * 16);
-      for (int64_t e = tid; e < static_cast<int64_t>(req_depth_limit) * K; e += kThreads)
-        lpd[e] = static_cast<double>(lp[e]);
-      __syncthreads();
+      KDTR_TB_MARK(2);
       placed = tree_select_grow(team, lpd, K, req_budget, req_depth_limit, set, &count);
-      if (placed)
-        tree_select_node_outputs(team, set, count, ids, K, root_token_ids[b], T, node_token_ids + row,
+      KDTR_TB_MARK(3);
+      if (placed)  // token ids from the staged rows
+        tree_select_node_outputs(team, set, count, check_ids, K, root_token_ids[b], T, node_token_ids + row,
                                  node_depths + row, parents + row, next_token + row, next_sibling + row);
     }
     __syncthreads();  // the set's last reads before the heap build reuses the bytes
+    KDTR_TB_MARK(4);
   }
 
   // Phase 2b: the heap build, by thread 0, and the node rows from its slot arrays.
@@ -228,6 +267,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (tid == 0) s_count = st == TREE_BUILD_OK ? tree_build_grow(lp, K, req_budget, req_depth_limit, heap, slots) : 0;
     __syncthreads();
+    KDTR_TB_MARK(5);
     count = s_count;
     for (int64_t i = tid; i < T; i += kThreads)
       tree_build_node_outputs(i, ids, K, root_token_ids[b], count, slots, node_token_ids + row, node_depths + row,
@@ -266,6 +306,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t k = tid; k < bytes; k += kThreads) dst[k] = blk[k];
     }
   }
+#if defined(KDTR_TB_CLOCKS) && defined(__CUDA_ARCH__)
+  KDTR_TB_MARK(40);
+  if (tid == 0 && b == 0)
+    for (int i = 1; i < 64; ++i)
+      if (g_tree_build_clk[i] != 0) printf("tbclk %d %lld\n", i, g_tree_build_clk[i] - g_tree_build_clk[0]);
+#endif
 }
 
 // The visibility kernels' first statement: in a programmatic dependent launch (the fast

@@ -51,6 +51,22 @@
 
 namespace kdtr {
 
+// Phase clocks for profiling a build (off unless compiled with -DKDTR_TB_CLOCKS): block 0's
+// thread 0 stamps clock64() into slot i; the build kernel prints the stamps at its end.
+#if defined(KDTR_TB_CLOCKS) && defined(__CUDACC__)
+static __device__ long long g_tree_build_clk[64];
+#endif
+#if defined(KDTR_TB_CLOCKS) && defined(__CUDA_ARCH__)
+#define KDTR_TB_MARK(i)                                                       \
+  do {                                                                        \
+    if (threadIdx.x == 0 && blockIdx.x == 0) g_tree_build_clk[i] = clock64(); \
+  } while (0)
+#else
+#define KDTR_TB_MARK(i) \
+  do {                  \
+  } while (0)
+#endif
+
 // tree_build status codes (docs/ops/tree_build.md), in the order they are checked: the
 // first that holds is the status.
 enum TreeBuildStatus : int32_t {
@@ -335,7 +351,6 @@ struct TreeSelectSet {
   int32_t* tmp;       // scratch: new entry indices of a compaction
   int32_t* hist;      // [kTreeSelectBins] values per bin of one threshold raise ...
   int32_t* hist_new;  // [kTreeSelectBins] ... and how many of them are new children
-  int32_t* next;      // [1] the next free entry (children are placed by atomic increments)
   uint8_t* clamped;   // 1 iff w > ek(generator)
   int64_t cap;
 };
@@ -362,8 +377,7 @@ KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap) {
   s.tmp = i32 + 4 * c;
   s.hist = i32 + 5 * c;
   s.hist_new = s.hist + bins;
-  s.next = s.hist_new + bins;
-  s.clamped = reinterpret_cast<uint8_t*>(s.next + 4);
+  s.clamped = reinterpret_cast<uint8_t*>(s.hist_new + bins + 4);  // 16 bytes of padding before it
   s.cap = cap;
   return s;
 }
@@ -396,11 +410,6 @@ struct TreeSelectSerialTeam {
   KDTR_HD int32_t max_int(int32_t x) { return x; }
   KDTR_HD bool any(bool x) { return x; }
   KDTR_HD void add(int32_t* p, int32_t v) { *p += v; }
-  KDTR_HD int32_t fetch_add(int32_t* p, int32_t v) {  // returns the old value
-    const int32_t old = *p;
-    *p += v;
-    return old;
-  }
   KDTR_HD void min_u64(uint64_t* p, uint64_t v) { *p = v < *p ? v : *p; }
   // tree_select_sort's chunk: small, so that the CPU backend runs the merge rounds on
   // every set of more than 8 entries (the CUDA teams use larger chunks).
@@ -416,13 +425,20 @@ KDTR_HD_TEMPLATE
 template <class Emit>
 KDTR_HD inline int32_t tree_select_children(const double* row, int64_t K, bool root, double pw, double pek,
                                             double theta, Emit&& emit) {
-  double w = root ? row[0] : pw + row[0];
+  double cur = row[0];
+  double w = root ? cur : pw + cur;
   bool clamped = !root && w > pek;
   double ek = root || w < pek ? w : pek;
+  // row[r + 1] is loaded one step ahead, so the load is off the chain of additions (the
+  // loop's exit on ek < theta would otherwise keep it from being issued early).
+  double next = K > 1 ? row[1] : 0.0;
   int32_t n = 0;
   for (int64_t r = 0; r < K; ++r) {
     if (r > 0) {
-      w = (w - row[r - 1]) + row[r];
+      const double prev = cur;
+      cur = next;
+      if (r + 1 < K) next = row[r + 1];
+      w = (w - prev) + cur;
       clamped = w > ek;
       ek = w < ek ? w : ek;
     }
@@ -590,10 +606,14 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
   double theta = -inf;     // every ek passes
   int32_t n = 0, plo = 0;  // entries; the first entry of the last depth (the parents of the next)
   for (int32_t d = 1; d <= depth_limit; ++d) {
+    KDTR_TB_MARK(10 + (d < 20 ? d : 20));
     const double* row = lp + static_cast<int64_t>(d - 1) * K;
     const bool root = d == 1;
-    // Children above theta of this lane's parents: count and range of their eks.
+    // Children above theta of this lane's parents: count and range of their eks, and
+    // (my_off) how many children the lanes before this one have: where its first parent's
+    // run of children goes.
     double lo = inf, hi = -inf;
+    int32_t my_off = 0;
     auto count_children = [&]() {
       int32_t mine = 0;
       lo = inf;
@@ -608,10 +628,11 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
                                      });
       }
       int32_t total = 0;
-      t.exclusive_sum(mine, &total);
+      my_off = t.exclusive_sum(mine, &total);
       return total;
     };
     int32_t total = count_children();
+    bool offsets_current = true;  // my_off counts the children above the current theta
     // Raise theta whenever the set would pass the budget: a tight theta keeps the deeper
     // depths from adding nodes that cannot be placed.  Past the budget but within the
     // capacity a raise that fails is no reason to give up.
@@ -692,37 +713,42 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
       }
       theta = nt;
       if (!root) tree_select_compact(t, s, theta, &n, &plo);
+      offsets_current = false;
       if (n + total <= budget || n + total <= cap) break;
       total = count_children();  // the next raise needs the children's range above the new theta
+      offsets_current = true;
     }
     if (total == 0) break;
-    // Place the children: a parent's run of children takes the next free entries (one
-    // atomic increment per parent); a child's generator is the previous child of the same
-    // parent (or the parent).  The sort makes the order of the runs irrelevant.
-    if (lane == 0) *s.next = n;
-    t.sync();
+    // The lanes' offsets above the final theta (after a raise that ended the loop; the
+    // total is the same as the histogram's: exactly the children in bins >= bstar are >= it).
+    if (!offsets_current) total = count_children();
+    // Place the children: a lane's parents' runs of children take consecutive entries from
+    // n + my_off (the chain evaluated once more, emitting; its count is the one counted); a
+    // child's generator is the previous child of the same parent (or the parent).  The sort
+    // makes the order of the runs irrelevant.
     const int32_t parents = root ? 1 : n - plo;
+    int32_t base = n + my_off;
     for (int32_t q = lane; q < parents; q += lanes) {
       const int32_t p = root ? -1 : plo + q;
       const double pw = root ? 0.0 : s.w[p], pek = root ? 0.0 : s.ek[p];
-      const int32_t c = tree_select_children(row, K, root, pw, pek, theta, [](int32_t, double, double, bool) {});
-      if (c == 0) continue;
-      const int32_t base = t.fetch_add(s.next, c);
-      tree_select_children(row, K, root, pw, pek, theta, [&](int32_t r, double w, double ek, bool cl) {
-        const int32_t at = base + r;
-        s.w[at] = w;
-        s.ek[at] = ek;
-        s.par[at] = p;
-        s.gen[at] = r == 0 ? p : at - 1;
-        s.dep[at] = d;
-        s.rk[at] = r;
-        s.clamped[at] = cl ? 1 : 0;
-      });
+      const int32_t c =
+          tree_select_children(row, K, root, pw, pek, theta, [&](int32_t r, double w, double ek, bool cl) {
+            const int32_t at = base + r;
+            s.w[at] = w;
+            s.ek[at] = ek;
+            s.par[at] = p;
+            s.gen[at] = r == 0 ? p : at - 1;
+            s.dep[at] = d;
+            s.rk[at] = r;
+            s.clamped[at] = cl ? 1 : 0;
+          });
+      base += c;
     }
     t.sync();
     plo = n;
     n += total;
   }
+  KDTR_TB_MARK(31);
   // A clamped entry: its order is not the sort's (the heap build decides).
   bool clamped = false;
   for (int32_t e = lane; e < n; e += lanes) clamped = clamped || s.clamped[e] != 0;
@@ -730,7 +756,9 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
   // Sort the entry indices by the order (larger w first, equal w by rank path):
   // tree_select_sort, a rank sort of chunks merged by binary search.
   int32_t* order = reinterpret_cast<int32_t*>(s.ek);
+  KDTR_TB_MARK(32);
   tree_select_sort(t, s, n, order, s.tmp);
+  KDTR_TB_MARK(33);
   const int32_t placed = n < budget ? n : budget;
   int32_t* slot_of = reinterpret_cast<int32_t*>(s.w);  // w is not read any more
   for (int32_t i = lane; i < placed; i += lanes) slot_of[order[i]] = i + 1;

@@ -70,7 +70,12 @@ def test_team_select_build_has_no_data_race(tmp_path, lanes, chunk, iters):
 def test_planted_scan_bug_fails(tmp_path):
     exe = _compile(tmp_path, "tree_select_team_bug", "-O2", "-DPLANT_SCAN_BUG")
     r = subprocess.run([str(exe), "32", "256", "200"], capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0, r.stdout
+    # Caught by either check of test_team_select_build_equals_heap_build: a wrong tree (the
+    # exit status), or the select build giving up on most requests (an inclusive offset
+    # leaves holes in the set and pushes runs past their entries, so every request whose
+    # holes hold the poison's nonzero clamped bytes falls back to the heap build).
+    placed = int(r.stdout.split("placed ")[1].split(",")[0]) if "placed " in r.stdout else 0
+    assert r.returncode != 0 or placed < 200 // 2, r.stdout
 
 
 @pytest.mark.parametrize("args", [["32", "0", "10"], ["0", "64", "10"], ["32", "64"]])
