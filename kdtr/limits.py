@@ -159,7 +159,7 @@ def tree_build_cpu_scratch_bytes(n: int, d: int, k: int, select: bool) -> int:
     total = t * TREE_BUILD_CAND_BYTES + t * 5 * 4 + (min(d, n) + 1) * 4
     if select:
         cap = n + n // 8 + 64
-        total += cap * (8 + 8 + 4 * 5) + TREE_SELECT_BINS * (8 + 4 + 4) + 16 + ((cap + 15) // 16) * 16 + d * k * 8
+        total += cap * (8 + 8 + 4 * 5) + TREE_SELECT_BINS * 4 + 16 + ((cap + 15) // 16) * 16 + d * k * 8
     return total
 
 

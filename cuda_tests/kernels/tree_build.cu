@@ -157,9 +157,6 @@ struct BlockTeam {
   }
   __device__ bool any(bool x) { return __syncthreads_or(x ? 1 : 0) != 0; }
   __device__ void add(int32_t* p, int32_t v) { atomicAdd(p, v); }
-  __device__ void min_u64(uint64_t* p, uint64_t v) {
-    atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-  }
   // tree_select_sort's chunk: two warps' entries
   __device__ int32_t sort_chunk() const { return 64; }
 };
@@ -215,6 +212,7 @@ __global__ void __launch_bounds__(kThreads)
     lpd = reinterpret_cast<double*>(smem + (tree_select_set_bytes(tree_select_capacity(N)) + 15) / 16 * 16);
     int64_t* ids_s = reinterpret_cast<int64_t*>(lpd + D * K);
     float* lp_s = reinterpret_cast<float*>(ids_s + D * K);
+#pragma unroll 4
     for (int64_t e = tid; e < items; e += kThreads) {
       const float x = lp[e];
       lp_s[e] = x;

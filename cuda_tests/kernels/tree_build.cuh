@@ -66,6 +66,10 @@ static __device__ long long g_tree_build_clk[64];
   do {                  \
   } while (0)
 #endif
+#define KDTR_TB_DMARK(k) \
+  do {                   \
+    if (d <= 2) KDTR_TB_MARK(41 + (d - 1) * 10 + (k)); \
+  } while (0)
 
 // tree_build status codes (docs/ops/tree_build.md), in the order they are checked: the
 // first that holds is the status.
@@ -343,14 +347,12 @@ KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; 
 struct TreeSelectSet {
   double* w;          // score (float64, the contract's evaluation)
   double* ek;         // effective key
-  uint64_t* bin_min;  // [kTreeSelectBins] smallest ek of each histogram bin (tree_select_key)
   int32_t* par;       // parent entry, -1 for the root
   int32_t* gen;       // generator entry (parent for rank 0, else the previous sibling), -1 = root
   int32_t* dep;       // depth, 1..depth_limit
   int32_t* rk;        // rank within the row
   int32_t* tmp;       // scratch: new entry indices of a compaction
-  int32_t* hist;      // [kTreeSelectBins] values per bin of one threshold raise ...
-  int32_t* hist_new;  // [kTreeSelectBins] ... and how many of them are new children
+  int32_t* hist;      // [kTreeSelectBins] values per bin of one threshold raise
   uint8_t* clamped;   // 1 iff w > ek(generator)
   int64_t cap;
 };
@@ -358,7 +360,7 @@ struct TreeSelectSet {
 // Bytes of a TreeSelectSet of `cap` entries laid out by tree_select_set().
 KDTR_HD inline size_t tree_select_set_bytes(int64_t cap) {
   const size_t c = static_cast<size_t>(cap), bins = static_cast<size_t>(kTreeSelectBins);
-  return c * (8 + 8 + 4 * 5) + bins * (8 + 4 + 4) + 16 + ((c + 15) / 16) * 16;
+  return c * (8 + 8 + 4 * 5) + bins * 4 + 16 + ((c + 15) / 16) * 16;
 }
 
 // The arrays of a TreeSelectSet carved out of `mem` (8-byte aligned, tree_select_set_bytes).
@@ -368,35 +370,20 @@ KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap) {
   TreeSelectSet s;
   s.w = reinterpret_cast<double*>(m);
   s.ek = reinterpret_cast<double*>(m + 8 * c);
-  s.bin_min = reinterpret_cast<uint64_t*>(m + 16 * c);
-  int32_t* i32 = reinterpret_cast<int32_t*>(m + 16 * c + 8 * bins);
+  int32_t* i32 = reinterpret_cast<int32_t*>(m + 16 * c);
   s.par = i32;
   s.gen = i32 + c;
   s.dep = i32 + 2 * c;
   s.rk = i32 + 3 * c;
   s.tmp = i32 + 4 * c;
   s.hist = i32 + 5 * c;
-  s.hist_new = s.hist + bins;
-  s.clamped = reinterpret_cast<uint8_t*>(s.hist_new + bins + 4);  // 16 bytes of padding before it
+  s.clamped = reinterpret_cast<uint8_t*>(s.hist + bins + 4);  // 16 bytes of padding before it
   s.cap = cap;
   return s;
 }
 
-// Order-preserving key of a finite double (a < b iff key(a) < key(b) as unsigned), and back.
-KDTR_HD inline uint64_t tree_select_key(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return (u >> 63) != 0 ? ~u : u | 0x8000000000000000ULL;
-}
-KDTR_HD inline double tree_select_unkey(uint64_t k) {
-  const uint64_t u = (k >> 63) != 0 ? k & 0x7fffffffffffffffULL : ~k;
-  double v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-}
-
-// The CPU's team: one lane; the CUDA block's team is in tree_build.cu (cub block scans and
-// reductions, __syncthreads).
+// The CPU's team: one lane; the CUDA block's team is in tree_build.cu (warp-shuffle scans
+// and reductions, __syncthreads).
 struct TreeSelectSerialTeam {
   KDTR_HD int32_t lane() const { return 0; }
   KDTR_HD int32_t lanes() const { return 1; }
@@ -410,43 +397,51 @@ struct TreeSelectSerialTeam {
   KDTR_HD int32_t max_int(int32_t x) { return x; }
   KDTR_HD bool any(bool x) { return x; }
   KDTR_HD void add(int32_t* p, int32_t v) { *p += v; }
-  KDTR_HD void min_u64(uint64_t* p, uint64_t v) { *p = v < *p ? v : *p; }
   // tree_select_sort's chunk: small, so that the CPU backend runs the merge rounds on
   // every set of more than 8 entries (the CUDA teams use larger chunks).
   KDTR_HD int32_t sort_chunk() const { return 8; }
 };
 
-// Children of one parent at depth d = row + 1, in rank order, while their ek >= theta:
-// calls emit(r, w, ek, clamped) for each and returns how many.  The scores are the heap
-// build's, operation for operation: the root's first child lp[0][0] exactly (root = true),
-// any other first child pw + lp[d-1][0], a sibling (w - lp[d-1][r-1]) + lp[d-1][r].  `pek`
-// is the parent's ek (ignored for the root).
+// Children of one parent at depth d = row + 1, in rank order, while keep(ek) holds (keep
+// must be monotone: true for an ek, then for every larger one): calls emit(r, w, ek,
+// clamped) for each and returns how many.  The scores are the heap build's, operation for
+// operation: the root's first child lp[0][0] exactly (root = true), any other first child
+// pw + lp[d-1][0], a sibling (w - lp[d-1][r-1]) + lp[d-1][r].  `pek` is the parent's ek
+// (ignored for the root).
 KDTR_HD_TEMPLATE
-template <class Emit>
-KDTR_HD inline int32_t tree_select_children(const double* row, int64_t K, bool root, double pw, double pek,
-                                            double theta, Emit&& emit) {
+template <class Keep, class Emit>
+KDTR_HD inline int32_t tree_select_children_while(const double* row, int64_t K, bool root, double pw, double pek,
+                                                  Keep&& keep, Emit&& emit) {
+  const int32_t k = static_cast<int32_t>(K);  // a row's length (D * K fits in memory)
   double cur = row[0];
   double w = root ? cur : pw + cur;
   bool clamped = !root && w > pek;
   double ek = root || w < pek ? w : pek;
+  if (!keep(ek)) return 0;
+  emit(0, w, ek, clamped);
   // row[r + 1] is loaded one step ahead, so the load is off the chain of additions (the
-  // loop's exit on ek < theta would otherwise keep it from being issued early).
-  double next = K > 1 ? row[1] : 0.0;
-  int32_t n = 0;
-  for (int64_t r = 0; r < K; ++r) {
-    if (r > 0) {
-      const double prev = cur;
-      cur = next;
-      if (r + 1 < K) next = row[r + 1];
-      w = (w - prev) + cur;
-      clamped = w > ek;
-      ek = w < ek ? w : ek;
-    }
-    if (ek < theta) break;
-    emit(static_cast<int32_t>(r), w, ek, clamped);
-    ++n;
+  // loop's exit on !keep(ek) would otherwise keep it from being issued early).
+  double next = k > 1 ? row[1] : 0.0;
+  int32_t r = 1;
+  for (; r < k; ++r) {
+    const double prev = cur;
+    cur = next;
+    if (r + 1 < k) next = row[r + 1];
+    w = (w - prev) + cur;
+    clamped = w > ek;
+    ek = w < ek ? w : ek;
+    if (!keep(ek)) break;
+    emit(r, w, ek, clamped);
   }
-  return n;
+  return r;  // the children emitted: ranks 0 .. r - 1
+}
+
+// tree_select_children_while for the children with ek >= theta.
+KDTR_HD_TEMPLATE
+template <class Emit>
+KDTR_HD inline int32_t tree_select_children(const double* row, int64_t K, bool root, double pw, double pek,
+                                            double theta, Emit&& emit) {
+  return tree_select_children_while(row, K, root, pw, pek, [theta](double ek) { return !(ek < theta); }, emit);
 }
 
 // Histogram bin of an ek in [lo, hi]: nondecreasing in v (a subtraction and a product by
@@ -609,34 +604,54 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
     KDTR_TB_MARK(10 + (d < 20 ? d : 20));
     const double* row = lp + static_cast<int64_t>(d - 1) * K;
     const bool root = d == 1;
+    // This lane's children of the depth's parents while keep(ek) holds (keep monotone, as
+    // in tree_select_children_while): emit(r, w, ek, clamped) for each, in each parent's rank
+    // order; returns how many.  The root's children are split over the lanes (rank r on
+    // lane r mod lanes): a valid row is non-increasing, so the chain's scores are row[0]
+    // and then 0.0 + row[r] (the chain's (w - prev) + cur with w == prev, bit for bit), its
+    // ek the same values and nothing clamped, and the kept ranks are a prefix, as the
+    // chain's.  Any other parent's children are one chain, on the lane that owns the parent.
+    auto lane_children = [&](auto&& keep, auto&& emit) {
+      int32_t m = 0;
+      if (root) {
+        for (int32_t r = lane; r < K; r += lanes) {
+          const double w = r == 0 ? row[0] : 0.0 + row[r];
+          if (!keep(w)) continue;
+          emit(r, w, w, false);
+          ++m;
+        }
+        return m;
+      }
+      for (int32_t q = lane; q < n - plo; q += lanes) {
+        const int32_t p = plo + q;
+        m += tree_select_children_while(row, K, false, s.w[p], s.ek[p], keep, emit);
+      }
+      return m;
+    };
+    const auto above_theta = [&theta](double ek) { return !(ek < theta); };
     // Children above theta of this lane's parents: count and range of their eks, and
     // (my_off) how many children the lanes before this one have: where its first parent's
     // run of children goes.
     double lo = inf, hi = -inf;
     int32_t my_off = 0;
     auto count_children = [&]() {
-      int32_t mine = 0;
       lo = inf;
       hi = -inf;
-      const int32_t parents = root ? 1 : n - plo;
-      for (int32_t q = lane; q < parents; q += lanes) {
-        const int32_t p = plo + q;
-        mine += tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                                     [&](int32_t, double, double ek, bool) {
-                                       lo = ek < lo ? ek : lo;
-                                       hi = ek > hi ? ek : hi;
-                                     });
-      }
+      const int32_t mine = lane_children(above_theta, [&](int32_t, double, double ek, bool) {
+        lo = ek < lo ? ek : lo;
+        hi = ek > hi ? ek : hi;
+      });
       int32_t total = 0;
       my_off = t.exclusive_sum(mine, &total);
       return total;
     };
     int32_t total = count_children();
+    KDTR_TB_DMARK(0);
     bool offsets_current = true;  // my_off counts the children above the current theta
-    // Raise theta whenever the set would pass the budget: a tight theta keeps the deeper
-    // depths from adding nodes that cannot be placed.  Past the budget but within the
-    // capacity a raise that fails is no reason to give up.
-    for (int32_t refine = 0; n + total > budget; ++refine) {
+    // Raise theta whenever the set would pass the budget with new children: a tight theta
+    // keeps the deeper depths from adding nodes that cannot be placed.  Past the budget but
+    // within the capacity a raise that fails is no reason to give up.
+    for (int32_t refine = 0; total > 0 && n + total > budget; ++refine) {
       const bool fits = n + total <= cap;
       if (refine == kTreeSelectRefines) {
         if (fits) break;
@@ -648,34 +663,20 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
       }
       lo = t.min(lo);
       hi = t.max(hi);
+      KDTR_TB_DMARK(1);
       if (!(hi > lo)) {  // every value equal: no threshold separates them
         if (fits) break;
         return false;
       }
       const double scale = kTreeSelectBins / (hi - lo);
-      for (int32_t b = lane; b < kTreeSelectBins; b += lanes) {
-        s.hist[b] = 0;
-        s.hist_new[b] = 0;
-        s.bin_min[b] = ~0ULL;
-      }
+      for (int32_t b = lane; b < kTreeSelectBins; b += lanes) s.hist[b] = 0;
       t.sync();
-      for (int32_t e = lane; e < n; e += lanes) {
-        const int32_t b = tree_select_bin(s.ek[e], lo, scale);
-        t.add(&s.hist[b], 1);
-        t.min_u64(&s.bin_min[b], tree_select_key(s.ek[e]));
-      }
-      const int32_t parents = root ? 1 : n - plo;
-      for (int32_t q = lane; q < parents; q += lanes) {
-        const int32_t p = plo + q;
-        tree_select_children(row, K, root, root ? 0.0 : s.w[p], root ? 0.0 : s.ek[p], theta,
-                             [&](int32_t, double, double ek, bool) {
-                               const int32_t b = tree_select_bin(ek, lo, scale);
-                               t.add(&s.hist[b], 1);
-                               t.add(&s.hist_new[b], 1);
-                               t.min_u64(&s.bin_min[b], tree_select_key(ek));
-                             });
-      }
+      KDTR_TB_DMARK(2);
+      for (int32_t e = lane; e < n; e += lanes) t.add(&s.hist[tree_select_bin(s.ek[e], lo, scale)], 1);
+      lane_children(above_theta,
+                    [&](int32_t, double, double ek, bool) { t.add(&s.hist[tree_select_bin(ek, lo, scale)], 1); });
       t.sync();
+      KDTR_TB_DMARK(3);
       // bstar: the largest bin whose suffix (bins >= it) holds >= budget values; lanes
       // own contiguous runs of bins counted from the top.
       const int32_t chunk = (kTreeSelectBins + lanes - 1) / lanes;
@@ -691,28 +692,32 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
         if (acc >= budget) cand = kTreeSelectBins - 1 - q;
       }
       const int32_t bstar = t.max_int(cand);
+      KDTR_TB_DMARK(4);
       if (bstar <= 0) {  // nothing would be cut
         if (fits) break;
         return false;
       }
       // The new theta: the smallest value in bins >= bstar (>= budget values are >= it,
-      // and exactly the values in those bins are); the new children left above it.
-      uint64_t kmin = ~0ULL;
-      int32_t kids = 0;
-      for (int32_t q = q0; q < q1; ++q) {
-        const int32_t b = kTreeSelectBins - 1 - q;
-        if (b < bstar) break;
-        kmin = s.bin_min[b] < kmin ? s.bin_min[b] : kmin;
-        kids += s.hist_new[b];
-      }
-      const double nt = t.min(kmin == ~0ULL ? inf : tree_select_unkey(kmin));
+      // and exactly the values in those bins are, the bin being monotone), and the new
+      // children left above it: a second pass over the entries and the children, whose
+      // chains stop at the first child below bin bstar.
+      const auto in_top_bins = [&](double ek) { return !(ek < theta) && tree_select_bin(ek, lo, scale) >= bstar; };
+      double top_min = inf;
+      for (int32_t e = lane; e < n; e += lanes)
+        if (in_top_bins(s.ek[e])) top_min = s.ek[e] < top_min ? s.ek[e] : top_min;
+      const int32_t kids = lane_children(in_top_bins, [&](int32_t, double, double ek, bool) {
+        top_min = ek < top_min ? ek : top_min;
+      });
+      const double nt = t.min(top_min);
       t.exclusive_sum(kids, &total);
+      KDTR_TB_DMARK(5);
       if (!(nt > theta)) {
         if (fits) break;
         return false;
       }
       theta = nt;
       if (!root) tree_select_compact(t, s, theta, &n, &plo);
+      KDTR_TB_DMARK(6);
       offsets_current = false;
       if (n + total <= budget || n + total <= cap) break;
       total = count_children();  // the next raise needs the children's range above the new theta
@@ -720,31 +725,44 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
     }
     if (total == 0) break;
     // The lanes' offsets above the final theta (after a raise that ended the loop; the
-    // total is the same as the histogram's: exactly the children in bins >= bstar are >= it).
+    // total is the same as the second pass's: exactly the children in bins >= bstar are >= it).
     if (!offsets_current) total = count_children();
+    KDTR_TB_DMARK(7);
     // Place the children: a lane's parents' runs of children take consecutive entries from
     // n + my_off (the chain evaluated once more, emitting; its count is the one counted); a
-    // child's generator is the previous child of the same parent (or the parent).  The sort
-    // makes the order of the runs irrelevant.
-    const int32_t parents = root ? 1 : n - plo;
-    int32_t base = n + my_off;
-    for (int32_t q = lane; q < parents; q += lanes) {
-      const int32_t p = root ? -1 : plo + q;
-      const double pw = root ? 0.0 : s.w[p], pek = root ? 0.0 : s.ek[p];
-      const int32_t c =
-          tree_select_children(row, K, root, pw, pek, theta, [&](int32_t r, double w, double ek, bool cl) {
-            const int32_t at = base + r;
-            s.w[at] = w;
-            s.ek[at] = ek;
-            s.par[at] = p;
-            s.gen[at] = r == 0 ? p : at - 1;
-            s.dep[at] = d;
-            s.rk[at] = r;
-            s.clamped[at] = cl ? 1 : 0;
-          });
-      base += c;
+    // child's generator is the previous child of the same parent (or the parent).  The
+    // root's children (split over the lanes) go to entry r.  The sort makes the order of
+    // the runs irrelevant.
+    if (root) {
+      lane_children(above_theta, [&](int32_t r, double w, double ek, bool cl) {
+        s.w[r] = w;
+        s.ek[r] = ek;
+        s.par[r] = -1;
+        s.gen[r] = r - 1;
+        s.dep[r] = 1;
+        s.rk[r] = r;
+        s.clamped[r] = cl ? 1 : 0;
+      });
+    } else {
+      int32_t base = n + my_off;
+      for (int32_t q = lane; q < n - plo; q += lanes) {
+        const int32_t p = plo + q;
+        const int32_t c =
+            tree_select_children(row, K, false, s.w[p], s.ek[p], theta, [&](int32_t r, double w, double ek, bool cl) {
+              const int32_t at = base + r;
+              s.w[at] = w;
+              s.ek[at] = ek;
+              s.par[at] = p;
+              s.gen[at] = r == 0 ? p : at - 1;
+              s.dep[at] = d;
+              s.rk[at] = r;
+              s.clamped[at] = cl ? 1 : 0;
+            });
+        base += c;
+      }
     }
     t.sync();
+    KDTR_TB_DMARK(8);
     plo = n;
     n += total;
   }

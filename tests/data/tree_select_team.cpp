@@ -87,12 +87,6 @@ struct ThreadTeam {
     return reduce((int32_t)x, [](int32_t a, int32_t b) { return a | b; }) != 0;
   }
   void add(int32_t* p, int32_t v) { std::atomic_ref<int32_t>(*p).fetch_add(v); }
-  void min_u64(uint64_t* p, uint64_t v) {
-    std::atomic_ref<uint64_t> a(*p);
-    uint64_t cur = a.load();
-    while (v < cur && !a.compare_exchange_weak(cur, v)) {
-    }
-  }
 };
 
 int main(int argc, char** argv) {
