@@ -66,8 +66,8 @@ static __device__ long long g_tree_build_clk[64];
   do {                  \
   } while (0)
 #endif
-#define KDTR_TB_DMARK(k) \
-  do {                   \
+#define KDTR_TB_DMARK(k)                               \
+  do {                                                 \
     if (d <= 2) KDTR_TB_MARK(41 + (d - 1) * 10 + (k)); \
   } while (0)
 
@@ -345,15 +345,15 @@ KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; 
 // After the sort, `ek` holds the order (int32: n entries; `tmp` was the rank sort's second
 // buffer) and `w` the slot of each selected entry (int32).
 struct TreeSelectSet {
-  double* w;          // score (float64, the contract's evaluation)
-  double* ek;         // effective key
-  int32_t* par;       // parent entry, -1 for the root
-  int32_t* gen;       // generator entry (parent for rank 0, else the previous sibling), -1 = root
-  int32_t* dep;       // depth, 1..depth_limit
-  int32_t* rk;        // rank within the row
-  int32_t* tmp;       // scratch: new entry indices of a compaction
-  int32_t* hist;      // [kTreeSelectBins] values per bin of one threshold raise
-  uint8_t* clamped;   // 1 iff w > ek(generator)
+  double* w;         // score (float64, the contract's evaluation)
+  double* ek;        // effective key
+  int32_t* par;      // parent entry, -1 for the root
+  int32_t* gen;      // generator entry (parent for rank 0, else the previous sibling), -1 = root
+  int32_t* dep;      // depth, 1..depth_limit
+  int32_t* rk;       // rank within the row
+  int32_t* tmp;      // scratch: new entry indices of a compaction
+  int32_t* hist;     // [kTreeSelectBins] values per bin of one threshold raise
+  uint8_t* clamped;  // 1 iff w > ek(generator)
   int64_t cap;
 };
 
@@ -705,9 +705,8 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
       double top_min = inf;
       for (int32_t e = lane; e < n; e += lanes)
         if (in_top_bins(s.ek[e])) top_min = s.ek[e] < top_min ? s.ek[e] : top_min;
-      const int32_t kids = lane_children(in_top_bins, [&](int32_t, double, double ek, bool) {
-        top_min = ek < top_min ? ek : top_min;
-      });
+      const int32_t kids =
+          lane_children(in_top_bins, [&](int32_t, double, double ek, bool) { top_min = ek < top_min ? ek : top_min; });
       const double nt = t.min(top_min);
       t.exclusive_sum(kids, &total);
       KDTR_TB_DMARK(5);
