@@ -198,7 +198,7 @@ def test_range_failures_hold_element_defects(name, goldens):
     """Requests with status 1 or 2 hold element defects too (a validation outside the range
     check must not let them through), and the last request's depth_limit is D + 1: checks that
     ran anyway would read row D, past the inputs' end (the mutant
-    validation_outside_range_check; compute-sanitizer memcheck)."""
+    staging_outside_range_check of the select kernel; compute-sanitizer memcheck)."""
     t, md = goldens[name]
     lp, ids = t["input.top_log_probs"], t["input.top_token_ids"]
     b, d_rows, k = lp.shape
