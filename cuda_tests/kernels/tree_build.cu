@@ -91,9 +91,8 @@ struct MaxOp {
 // memory with one barrier: each collective writes one of two buffers (they alternate,
 // block-uniformly), so the next collective never overwrites a buffer some thread is still
 // reading -- the one after it, which writes the same buffer again, comes after the next
-// collective's barrier, which every thread reaches only after its reads.  (cub's block scan
-// followed by the barrier its storage's reuse needs measured 400 and 700 cycles at 256 and
-// 1024 threads: docs/benchmarks.md.)
+// collective's barrier, which every thread reaches only after its reads.  (cub's block scan,
+// used before, needs a second barrier before its storage is reused.)
 template <int kThreads>
 struct BlockTeam {
   static constexpr int kWarps = kThreads / kWarp;
