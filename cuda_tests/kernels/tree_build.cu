@@ -69,8 +69,8 @@ __host__ __device__ inline size_t build_smem_bytes(int64_t N, int64_t D, int64_t
   if (!select) return heap;
   if (D > 0 && K > (int64_t{1} << 36) / D) return ~size_t{0} / 2;  // D * K doubles never fit
   const size_t dk = static_cast<size_t>(D) * static_cast<size_t>(K);
-  const size_t rows = (sizeof(double) + sizeof(int64_t)) * dk + (sizeof(float) * dk + 7) / 8 * 8;
-  const size_t set = (tree_select_set_bytes(room) + 15) / 16 * 16 + rows;
+  const size_t set = (tree_select_set_bytes(room) + 15) / 16 * 16 +
+                     (sizeof(double) + sizeof(int64_t)) * dk + (sizeof(float) * dk + 7) / 8 * 8;
   return set > heap ? set : heap;
 }
 
@@ -308,8 +308,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     } else {  // the heap build's slot array
-      const int32_t* slot_parent =
-          reinterpret_cast<const int32_t*>(smem + sizeof(TreeBuildCand) * static_cast<size_t>(N + 1));
+      const int32_t* slot_parent = reinterpret_cast<const int32_t*>(smem + sizeof(TreeBuildCand) * static_cast<size_t>(N + 1));
       for (int64_t i = tid; i < T; i += kThreads) vis_par[i] = slot_parent[i];
     }
     for (int64_t k = tid; k < chunks; k += kThreads) reinterpret_cast<uint4*>(buf)[k] = make_uint4(0u, 0u, 0u, 0u);
@@ -592,8 +591,7 @@ cudaError_t tree_build_choose(const TreeBuildParams& p, int device, int32_t* ker
     if (d >= 0 && g_sm_count[d].load(std::memory_order_acquire) == 0) {
       int sms = 0, per_sm = 0;
       err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      if (err == cudaSuccess)
-        err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
       if (err != cudaSuccess) return err;
       g_smem_per_sm[d].store(per_sm, std::memory_order_release);
       g_sm_count[d].store(sms, std::memory_order_release);
