@@ -153,12 +153,14 @@ TREE_SELECT_BINS = 1024  # kTreeSelectBins
 def tree_build_cpu_scratch_bytes(n: int, d: int, k: int, select: bool) -> int:
     """Bytes of the CPU tree_build's scratch (allocated once, whatever B, so also for B = 0):
     the heap's N + 1 candidates, 5 slot arrays of T = N + 1 int32, an ancestor path of
-    min(D, N) + 1 int32, and for the select build its candidate set (capacity N + N/8 + 64)
-    and the log-probs widened to float64 (D * K)."""
+    min(D, N) + 1 int32, and for the select build its candidate set (room for
+    ``tree_select_room(N, K)`` entries: the capacity N + N/8 + 64 and up to three times as
+    many again, at most N * K more) and the log-probs widened to float64 (D * K)."""
     t = n + 1
     total = t * TREE_BUILD_CAND_BYTES + t * 5 * 4 + (min(d, n) + 1) * 4
     if select:
         cap = n + n // 8 + 64
+        cap += 3 * cap if k > 0 and n > (3 * cap) // k else n * k  # tree_select_room
         total += cap * (8 + 8 + 4 * 5) + TREE_SELECT_BINS * 4 + 16 + ((cap + 15) // 16) * 16 + d * k * 8
     return total
 

@@ -13,7 +13,7 @@ void tree_build(const TreeBuildParams& p) { tree_build_cpu(p); }
 
 size_t tree_build_candidate_bytes() { return sizeof(TreeBuildCand); }
 
-size_t tree_build_select_set_bytes(int64_t N) { return tree_select_set_bytes(tree_select_capacity(N)); }
+size_t tree_build_select_set_bytes(int64_t N, int64_t K) { return tree_select_set_bytes(tree_select_room(N, K)); }
 
 }  // namespace cpu
 }  // namespace kdtr

@@ -60,9 +60,9 @@ namespace cpu {
 void tree_build(const TreeBuildParams& p);
 // sizeof(TreeBuildCand): one candidate of the heap build's queue (the scratch limit).
 size_t tree_build_candidate_bytes();
-// Bytes of the select build's candidate set for maximum budget N
-// (tree_select_set_bytes(tree_select_capacity(N))).
-size_t tree_build_select_set_bytes(int64_t N);
+// Bytes of the select build's candidate set for maximum budget N and top-k width K, as
+// the CPU backend allocates it (tree_select_set_bytes(tree_select_room(N, K))).
+size_t tree_build_select_set_bytes(int64_t N, int64_t K);
 
 }  // namespace cpu
 }  // namespace kdtr

@@ -61,15 +61,16 @@ __host__ __device__ inline size_t heap_bytes(int64_t N) {
 }
 
 // The build's bytes: the heap build's, and for the select kernel the larger of that and its
-// candidate set followed by the request's staged rows: the log-probs widened to double, the
-// token ids and the log-probs as read (D * K each; 8, 8 and 4 bytes).
-__host__ __device__ inline size_t build_smem_bytes(int64_t N, int64_t D, int64_t K, bool select) {
+// candidate set of `room` entries (tree_select_capacity(N) <= room <= tree_select_room(N, K))
+// followed by the request's staged rows: the log-probs widened to double, the token ids and
+// the log-probs as read (D * K each; 8, 8 and 4 bytes).
+__host__ __device__ inline size_t build_smem_bytes(int64_t N, int64_t D, int64_t K, bool select, int64_t room) {
   const size_t heap = heap_bytes(N);
   if (!select) return heap;
   if (D > 0 && K > (int64_t{1} << 36) / D) return ~size_t{0} / 2;  // D * K doubles never fit
   const size_t dk = static_cast<size_t>(D) * static_cast<size_t>(K);
-  const size_t set = (tree_select_set_bytes(tree_select_capacity(N)) + 15) / 16 * 16 +
-                     (sizeof(double) + sizeof(int64_t)) * dk + (sizeof(float) * dk + 7) / 8 * 8;
+  const size_t rows = (sizeof(double) + sizeof(int64_t)) * dk + (sizeof(float) * dk + 7) / 8 * 8;
+  const size_t set = (tree_select_set_bytes(room) + 15) / 16 * 16 + rows;
   return set > heap ? set : heap;
 }
 
@@ -162,9 +163,11 @@ struct BlockTeam {
 
 template <int kThreads, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
-    tree_build_kernel(const __grid_constant__ TreeBuildParams prm, uint8_t* __restrict__ visibility, int32_t anc_len) {
+    tree_build_kernel(const __grid_constant__ TreeBuildParams prm, uint8_t* __restrict__ visibility, int32_t anc_len,
+                      int32_t room) {
   // The op's struct by value (kernel parameter space); `visibility` is prm.visibility where
-  // this block writes the request's visibility too (T <= kFuseT), else nullptr.
+  // this block writes the request's visibility too (T <= kFuseT), else nullptr; `room` the
+  // select build's set entries (build_launch).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The visibility kernel (a programmatic dependent launch) may start now: it waits for
   // this grid's completion before it reads anything.
@@ -208,7 +211,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t* check_ids = ids;
   double* lpd = nullptr;  // select kernel: the staged rows, widened (row stride K)
   if constexpr (kSelect) {
-    lpd = reinterpret_cast<double*>(smem + (tree_select_set_bytes(tree_select_capacity(N)) + 15) / 16 * 16);
+    lpd = reinterpret_cast<double*>(smem + (tree_select_set_bytes(room) + 15) / 16 * 16);
     int64_t* ids_s = reinterpret_cast<int64_t*>(lpd + D * K);
     float* lp_s = reinterpret_cast<float*>(ids_s + D * K);
 #pragma unroll 4
@@ -242,8 +245,7 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ typename BlockTeam<kThreads>::Storage team_storage;
     if (st == TREE_BUILD_OK && req_budget > 0 && req_depth_limit > 0 && K > 0) {
       BlockTeam<kThreads> team{team_storage};
-      const int64_t cap = tree_select_capacity(N);
-      const TreeSelectSet set = tree_select_set(smem, cap);
+      const TreeSelectSet set = tree_select_set(smem, tree_select_capacity(N), room);
       KDTR_TB_MARK(2);
       placed = tree_select_grow(team, lpd, K, req_budget, req_depth_limit, set, &count);
       KDTR_TB_MARK(3);
@@ -279,15 +281,38 @@ __global__ void __launch_bounds__(kThreads)
   // Small trees (visibility != nullptr: T <= kFuseT): this block writes the request's
   // visibility too, saving the visibility kernel's launch: the [T,T] block is built in
   // shared memory (zeros, then each row's root path, walked on a shared copy of the
-  // parents row it wrote -- a barrier orders a block's global stores) and copied out
-  // whole, coalesced.  Both follow the bytes the build used.
+  // parents row -- taken from the build's shared memory, not read back from the global row
+  // just written) and copied out whole.  Both follow the bytes the build used.  The block
+  // starts `mis` = (destination address mod 16) bytes into its 16-byte-aligned buffer, so
+  // that buffer and destination share their alignment: the 16-byte chunks wholly inside the
+  // block are copied as uint4, the at most two partial ones (first and last) byte by byte.
   if (visibility != nullptr) {
-    __syncthreads();
-    int32_t* vis_par = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, D, K, kSelect) + 15) / 16 * 16);
-    uint8_t* blk = reinterpret_cast<uint8_t*>(vis_par + (T + 3) / 4 * 4);
-    const int64_t bytes = T * T, words = (bytes + 3) / 4;
-    for (int64_t i = tid; i < T; i += kThreads) vis_par[i] = parents[row + i];
-    for (int64_t k = tid; k < words; k += kThreads) reinterpret_cast<uint32_t*>(blk)[k] = 0u;
+    int32_t* vis_par = reinterpret_cast<int32_t*>(smem + (build_smem_bytes(N, D, K, kSelect, room) + 15) / 16 * 16);
+    uint8_t* buf = reinterpret_cast<uint8_t*>(vis_par + (T + 3) / 4 * 4);
+    uint8_t* dst = visibility + b * T * T;
+    const int64_t bytes = T * T, mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) & 15);
+    const int64_t chunks = (mis + bytes + 15) / 16;
+    uint8_t* blk = buf + mis;
+    if (placed) {  // slot i's parent from the select set (as tree_select_node_outputs wrote it)
+      if constexpr (kSelect) {
+        const TreeSelectSet set = tree_select_set(smem, tree_select_capacity(N), room);
+        const int32_t* order = reinterpret_cast<const int32_t*>(set.ek);
+        const int32_t* slot_of = reinterpret_cast<const int32_t*>(set.w);
+        for (int64_t i = tid; i < T; i += kThreads) {
+          int32_t par = -1;
+          if (i >= 1 && i <= count) {
+            const int32_t pe = set.par[order[i - 1]];
+            par = pe < 0 ? 0 : slot_of[pe];
+          }
+          vis_par[i] = par;
+        }
+      }
+    } else {  // the heap build's slot array
+      const int32_t* slot_parent =
+          reinterpret_cast<const int32_t*>(smem + sizeof(TreeBuildCand) * static_cast<size_t>(N + 1));
+      for (int64_t i = tid; i < T; i += kThreads) vis_par[i] = slot_parent[i];
+    }
+    for (int64_t k = tid; k < chunks; k += kThreads) reinterpret_cast<uint4*>(buf)[k] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     for (int64_t i = tid; i <= count; i += kThreads) {
       int32_t len = 0;
@@ -295,12 +320,14 @@ __global__ void __launch_bounds__(kThreads)
         blk[i * T + s] = 1;
     }
     __syncthreads();
-    uint8_t* dst = visibility + b * T * T;
-    if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0 && (bytes & 3) == 0) {
-      for (int64_t k = tid; k < bytes / 4; k += kThreads)
-        reinterpret_cast<uint32_t*>(dst)[k] = reinterpret_cast<const uint32_t*>(blk)[k];
-    } else {
-      for (int64_t k = tid; k < bytes; k += kThreads) dst[k] = blk[k];
+    uint4* dst16 = reinterpret_cast<uint4*>(dst - mis);  // 16-byte aligned: chunk k is buf[16k, 16k + 16)
+    for (int64_t k = tid; k < chunks; k += kThreads) {
+      const int64_t c0 = 16 * k;
+      if (c0 >= mis && c0 + 16 <= mis + bytes) {
+        dst16[k] = reinterpret_cast<const uint4*>(buf)[k];
+      } else {
+        for (int64_t j = c0 < mis ? mis : c0; j < c0 + 16 && j < mis + bytes; ++j) dst[j - mis] = buf[j];
+      }
     }
   }
 #if defined(KDTR_TB_CLOCKS) && defined(__CUDA_ARCH__)
@@ -413,16 +440,22 @@ int32_t vis_rows_per_warp(int64_t rows) {
   return rpw;
 }
 
-// The build kernel instance for N and `kernel`, its threads, and its dynamic shared memory
-// (the build's bytes, plus the ancestor buffers when it writes the visibility itself).
+// The build kernel instance for N and `kernel`, its threads, its select set's entries
+// (`room`: tree_select_capacity(N), or tree_select_room(N, K) where `roomy` and N <= kSmallN --
+// measured on an H100, the roomier set cut B = 1, N = 64 from 21.2 to 17.6 us but made N = 1024
+// slower, 38.5 to 46.5 us: its raises scan every child placed, where the chains stop at the
+// first child below theta; docs/benchmarks.md) and its dynamic
+// shared memory (the build's bytes, plus the ancestor buffers when it writes the visibility
+// itself).
 struct BuildLaunch {
   const void* fn;
   int threads;
   bool fuse;
+  int64_t room;
   size_t smem;
 };
 
-BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
+BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel, bool roomy = false) {
   const bool select = kernel == TREE_BUILD_KERNEL_SELECT;
   BuildLaunch l;
   if (!select) {
@@ -436,10 +469,12 @@ BuildLaunch build_launch(int64_t N, int64_t D, int64_t K, int32_t kernel) {
     l.threads = kSelectThreads;
   }
   l.fuse = N + 1 <= kFuseT;
-  l.smem = build_smem_bytes(N, D, K, select);
-  if (l.fuse)  // the parents row (T int32, padded to 16 bytes) and the [T,T] block (padded to 4)
+  l.room = roomy && select && N <= kSmallN ? tree_select_room(N, K) : tree_select_capacity(N);
+  l.smem = build_smem_bytes(N, D, K, select, l.room);
+  if (l.fuse)  // the parents row (T int32, padded to 16 bytes) and the [T,T] block's buffer
+    // (the block at an offset of up to 15 bytes, in whole 16-byte chunks)
     l.smem = (l.smem + 15) / 16 * 16 + sizeof(int32_t) * static_cast<size_t>((N + 1 + 3) / 4 * 4) +
-             static_cast<size_t>(((N + 1) * (N + 1) + 3) / 4 * 4);
+             static_cast<size_t>(((N + 1) * (N + 1) + 15 + 15) / 16 * 16);
   return l;
 }
 
@@ -458,6 +493,8 @@ namespace {
 constexpr int kCacheDevices = 64;
 std::atomic<int64_t> g_smem_available[kCacheDevices][2];   // bytes + 1; 0: not asked yet
 std::atomic<int64_t> g_smem_configured[kCacheDevices][2];  // the limit set (both instances); 0: none
+std::atomic<int64_t> g_sm_count[kCacheDevices];            // multiprocessors; 0: not asked yet
+std::atomic<int64_t> g_smem_per_sm[kCacheDevices];         // shared memory per multiprocessor, bytes
 
 int cache_index(int device) { return device >= 0 && device < kCacheDevices ? device : -1; }
 
@@ -549,15 +586,62 @@ cudaError_t tree_build_choose(const TreeBuildParams& p, int device, int32_t* ker
     return cudaErrorNotSupported;
   }
   *kernel = k;
+  // The select kernel's roomier set (build_launch's `roomy`) where the device has the bytes:
+  // the limit is set for it, and launch_tree_build takes it where the batch allows.
+  if (k == TREE_BUILD_KERNEL_SELECT) {
+    const size_t roomy = build_launch(p.N, p.D, p.K, k, true).smem;
+    if (roomy <= have) need = roomy > need ? roomy : need;
+    const int d = cache_index(device);
+    if (d >= 0 && g_sm_count[d].load(std::memory_order_acquire) == 0) {
+      int sms = 0, per_sm = 0;
+      err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      if (err != cudaSuccess) return err;
+      g_smem_per_sm[d].store(per_sm, std::memory_order_release);
+      g_sm_count[d].store(sms, std::memory_order_release);
+    }
+  }
   return tree_build_configure(k, need);
 }
+
+namespace {
+
+// The roomier select set for this launch: only where the limit configured on the current
+// device allows its bytes (tree_build_choose sets it so), and where it keeps the batch in
+// one wave -- B blocks within the multiprocessors' room for such blocks (threads, and the
+// shared memory with 4 KiB per block for the static part and the runtime's reserve) -- so
+// that a large batch keeps the smaller set's occupancy.  Reads the caches only.
+bool roomy_fits(const BuildLaunch& big, int64_t B) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const int d = cache_index(device);
+  if (d < 0) return false;
+  const int64_t configured = g_smem_configured[d][1].load(std::memory_order_acquire);
+  const int64_t sms = g_sm_count[d].load(std::memory_order_acquire);
+  const int64_t per_sm = g_smem_per_sm[d].load(std::memory_order_acquire);
+  if (configured < static_cast<int64_t>(big.smem) || sms <= 0) return false;
+  const int64_t by_smem = per_sm / (static_cast<int64_t>(big.smem) + 4096);
+  const int64_t by_threads = 2048 / big.threads;
+  const int64_t per = by_smem < by_threads ? by_smem : by_threads;
+  return B <= per * sms;
+}
+
+}  // namespace
 
 cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   const int64_t B = p.B, D = p.D, K = p.K, N = p.N, T = N + 1;
   if (B < 0 || D < 0 || K < 0 || N < 0 || N > 0x7ffffffeLL || B > 0x7fffffffLL) return cudaErrorInvalidValue;
   if (p.kernel != TREE_BUILD_KERNEL_HEAP && p.kernel != TREE_BUILD_KERNEL_SELECT) return cudaErrorInvalidValue;
   if (B == 0) return cudaSuccess;
-  const BuildLaunch l = build_launch(N, D, K, p.kernel);
+  BuildLaunch l = build_launch(N, D, K, p.kernel);
+  if (p.kernel == TREE_BUILD_KERNEL_SELECT) {
+    const BuildLaunch big = build_launch(N, D, K, p.kernel, true);
+    if (big.smem > l.smem && roomy_fits(big, B)) l = big;
+  }
   // The visibility kernel's grid, checked before anything is launched: one block per 4 rpw
   // rows of a request, B * ceil(T / (4 rpw)) <= 2^31 - 1 blocks (more would be over 2 TB of
   // visibility output).
@@ -568,10 +652,11 @@ cudaError_t launch_tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   const int32_t anc_len = vis_anc_len(N, D);
   uint8_t* fused_visibility = l.fuse ? p.visibility : nullptr;
   // The build kernel's instance is chosen at run time (BuildLaunch::fn): cudaLaunchKernel
-  // with the kernel's three parameters, the struct by value first.
+  // with the kernel's four parameters, the struct by value first.
   TreeBuildParams params = p;
   int32_t anc = anc_len;
-  void* args[] = {&params, &fused_visibility, &anc};
+  int32_t room = static_cast<int32_t>(l.room);
+  void* args[] = {&params, &fused_visibility, &anc, &room};
   cudaError_t err = cudaLaunchKernel(l.fn, dim3(static_cast<unsigned>(B)), dim3(static_cast<unsigned>(l.threads)), args,
                                      l.smem, stream);
   if (err != cudaSuccess) return err;

@@ -338,10 +338,22 @@ KDTR_HD inline int32_t tree_build_grow(const float* lp, int64_t K, int32_t budge
 constexpr int32_t kTreeSelectBins = 1024;  // histogram bins of one threshold raise
 constexpr int32_t kTreeSelectRefines = 6;  // threshold raises per depth before giving up
 
-// Candidates the select build may hold for maximum budget N (>= N + 64).
+// Candidates the select build may hold for maximum budget N (>= N + 64): the limit its
+// decisions keep to (a raise stops once the set is within it).
 KDTR_HD inline int64_t tree_select_capacity(int64_t N) { return N + N / 8 + 64; }
 
-// The collected nodes, structure of arrays of `cap` entries (entry = one draft node).
+// Entries a set for maximum budget N and top-k width K has room for where memory allows
+// (tree_select_set's `room`): the capacity and up to three times as many entries again,
+// at most N * K more -- room for a depth's new children (up to K per parent) beside the
+// entries, so that the depth's raises run over the set alone (tree_select_grow).
+KDTR_HD inline int64_t tree_select_room(int64_t N, int64_t K) {
+  const int64_t cap = tree_select_capacity(N);
+  const int64_t more = K > 0 && N > (3 * cap) / K ? 3 * cap : N * K;
+  return cap + more;
+}
+
+// The collected nodes, structure of arrays of `room` entries (entry = one draft node); at
+// most `cap` (tree_select_capacity) of them are kept from one depth to the next.
 // After the sort, `ek` holds the order (int32: n entries; `tmp` was the rank sort's second
 // buffer) and `w` the slot of each selected entry (int32).
 struct TreeSelectSet {
@@ -354,18 +366,20 @@ struct TreeSelectSet {
   int32_t* tmp;      // scratch: new entry indices of a compaction
   int32_t* hist;     // [kTreeSelectBins] values per bin of one threshold raise
   uint8_t* clamped;  // 1 iff w > ek(generator)
-  int64_t cap;
+  int64_t cap;       // tree_select_capacity: the limit of the build's decisions
+  int64_t room;      // entries the arrays hold (>= cap)
 };
 
-// Bytes of a TreeSelectSet of `cap` entries laid out by tree_select_set().
-KDTR_HD inline size_t tree_select_set_bytes(int64_t cap) {
-  const size_t c = static_cast<size_t>(cap), bins = static_cast<size_t>(kTreeSelectBins);
+// Bytes of a TreeSelectSet of `room` entries laid out by tree_select_set().
+KDTR_HD inline size_t tree_select_set_bytes(int64_t room) {
+  const size_t c = static_cast<size_t>(room), bins = static_cast<size_t>(kTreeSelectBins);
   return c * (8 + 8 + 4 * 5) + bins * 4 + 16 + ((c + 15) / 16) * 16;
 }
 
-// The arrays of a TreeSelectSet carved out of `mem` (8-byte aligned, tree_select_set_bytes).
-KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap) {
-  const size_t c = static_cast<size_t>(cap), bins = static_cast<size_t>(kTreeSelectBins);
+// The arrays of a TreeSelectSet of `room` entries (>= cap) carved out of `mem` (8-byte
+// aligned, tree_select_set_bytes(room)); cap is the decisions' limit (tree_select_capacity).
+KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap, int64_t room) {
+  const size_t c = static_cast<size_t>(room), bins = static_cast<size_t>(kTreeSelectBins);
   unsigned char* m = static_cast<unsigned char*>(mem);
   TreeSelectSet s;
   s.w = reinterpret_cast<double*>(m);
@@ -379,6 +393,7 @@ KDTR_HD inline TreeSelectSet tree_select_set(void* mem, int64_t cap) {
   s.hist = i32 + 5 * c;
   s.clamped = reinterpret_cast<uint8_t*>(s.hist + bins + 4);  // 16 bytes of padding before it
   s.cap = cap;
+  s.room = room;
   return s;
 }
 
@@ -596,7 +611,7 @@ template <class Team>
 KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32_t budget, int32_t depth_limit,
                                      TreeSelectSet s, int32_t* count) {
   const int32_t lane = t.lane(), lanes = t.lanes();
-  const int32_t cap = static_cast<int32_t>(s.cap);
+  const int32_t cap = static_cast<int32_t>(s.cap), room = static_cast<int32_t>(s.room);
   const double inf = 1.0 / 0.0;
   double theta = -inf;     // every ek passes
   int32_t n = 0, plo = 0;  // entries; the first entry of the last depth (the parents of the next)
@@ -611,8 +626,11 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
     // and then 0.0 + row[r] (the chain's (w - prev) + cur with w == prev, bit for bit), its
     // ek the same values and nothing clamped, and the kept ranks are a prefix, as the
     // chain's.  Any other parent's children are one chain, on the lane that owns the parent.
+    // Once the depth's children are entries (in_set), there are none left to generate.
+    bool in_set = false;
     auto lane_children = [&](auto&& keep, auto&& emit) {
       int32_t m = 0;
+      if (in_set) return m;
       if (root) {
         for (int32_t r = lane; r < K; r += lanes) {
           const double w = r == 0 ? row[0] : 0.0 + row[r];
@@ -648,10 +666,60 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
     int32_t total = count_children();
     KDTR_TB_DMARK(0);
     bool offsets_current = true;  // my_off counts the children above the current theta
+    // Place the children: a lane's parents' runs of children take consecutive entries from
+    // n + my_off (the chain evaluated once more, emitting; its count is the one counted); a
+    // child's generator is the previous child of the same parent (or the parent).  The
+    // root's children (split over the lanes) go to entry r.  The sort makes the order of
+    // the runs irrelevant.
+    auto place_children = [&]() {
+      if (root) {
+        lane_children(above_theta, [&](int32_t r, double w, double ek, bool cl) {
+          s.w[r] = w;
+          s.ek[r] = ek;
+          s.par[r] = -1;
+          s.gen[r] = r - 1;
+          s.dep[r] = 1;
+          s.rk[r] = r;
+          s.clamped[r] = cl ? 1 : 0;
+        });
+      } else {
+        int32_t base = n + my_off;
+        for (int32_t q = lane; q < n - plo; q += lanes) {
+          const int32_t p = plo + q;
+          const int32_t c =
+              tree_select_children(row, K, false, s.w[p], s.ek[p], theta, [&](int32_t r, double w, double ek, bool cl) {
+                const int32_t at = base + r;
+                s.w[at] = w;
+                s.ek[at] = ek;
+                s.par[at] = p;
+                s.gen[at] = r == 0 ? p : at - 1;
+                s.dep[at] = d;
+                s.rk[at] = r;
+                s.clamped[at] = cl ? 1 : 0;
+              });
+          base += c;
+        }
+      }
+    };
+    // Where the set has room for them, the children become entries at once (in_set; the
+    // raises then histogram, search and compact the set alone, every lane on its share of
+    // the entries, instead of evaluating the chains again in each pass): the same values in
+    // the same order as the children placed after the raises, so the same decisions.
+    // `total` then counts the children still outside the set (none), `fresh` those of this
+    // depth in it, [plo, n).
+    int32_t fresh = total;
+    if (n + total <= room) {
+      place_children();
+      t.sync();
+      plo = n;
+      n += total;
+      total = 0;
+      in_set = true;
+    }
     // Raise theta whenever the set would pass the budget with new children: a tight theta
     // keeps the deeper depths from adding nodes that cannot be placed.  Past the budget but
     // within the capacity a raise that fails is no reason to give up.
-    for (int32_t refine = 0; total > 0 && n + total > budget; ++refine) {
+    for (int32_t refine = 0; fresh > 0 && n + total > budget; ++refine) {
       const bool fits = n + total <= cap;
       if (refine == kTreeSelectRefines) {
         if (fits) break;
@@ -708,58 +776,34 @@ KDTR_HD inline bool tree_select_grow(Team& t, const double* lp, int64_t K, int32
       const int32_t kids =
           lane_children(in_top_bins, [&](int32_t, double, double ek, bool) { top_min = ek < top_min ? ek : top_min; });
       const double nt = t.min(top_min);
-      t.exclusive_sum(kids, &total);
+      if (!in_set) t.exclusive_sum(kids, &total);
       KDTR_TB_DMARK(5);
       if (!(nt > theta)) {
         if (fits) break;
         return false;
       }
       theta = nt;
-      if (!root) tree_select_compact(t, s, theta, &n, &plo);
+      if (!root || in_set) tree_select_compact(t, s, theta, &n, &plo);
       KDTR_TB_DMARK(6);
       offsets_current = false;
+      fresh = in_set ? n - plo : total;
       if (n + total <= budget || n + total <= cap) break;
-      total = count_children();  // the next raise needs the children's range above the new theta
-      offsets_current = true;
+      if (in_set) {  // the next raise's range: the set's alone
+        lo = inf;
+        hi = -inf;
+      } else {
+        total = count_children();  // the next raise needs the children's range above the new theta
+        offsets_current = true;
+        fresh = total;
+      }
     }
-    if (total == 0) break;
+    if (fresh == 0) break;
+    if (in_set) continue;
     // The lanes' offsets above the final theta (after a raise that ended the loop; the
     // total is the same as the second pass's: exactly the children in bins >= bstar are >= it).
     if (!offsets_current) total = count_children();
     KDTR_TB_DMARK(7);
-    // Place the children: a lane's parents' runs of children take consecutive entries from
-    // n + my_off (the chain evaluated once more, emitting; its count is the one counted); a
-    // child's generator is the previous child of the same parent (or the parent).  The
-    // root's children (split over the lanes) go to entry r.  The sort makes the order of
-    // the runs irrelevant.
-    if (root) {
-      lane_children(above_theta, [&](int32_t r, double w, double ek, bool cl) {
-        s.w[r] = w;
-        s.ek[r] = ek;
-        s.par[r] = -1;
-        s.gen[r] = r - 1;
-        s.dep[r] = 1;
-        s.rk[r] = r;
-        s.clamped[r] = cl ? 1 : 0;
-      });
-    } else {
-      int32_t base = n + my_off;
-      for (int32_t q = lane; q < n - plo; q += lanes) {
-        const int32_t p = plo + q;
-        const int32_t c =
-            tree_select_children(row, K, false, s.w[p], s.ek[p], theta, [&](int32_t r, double w, double ek, bool cl) {
-              const int32_t at = base + r;
-              s.w[at] = w;
-              s.ek[at] = ek;
-              s.par[at] = p;
-              s.gen[at] = r == 0 ? p : at - 1;
-              s.dep[at] = d;
-              s.rk[at] = r;
-              s.clamped[at] = cl ? 1 : 0;
-            });
-        base += c;
-      }
-    }
+    place_children();
     t.sync();
     KDTR_TB_DMARK(8);
     plo = n;
@@ -856,7 +900,7 @@ KDTR_HD inline void tree_build_node_outputs(int64_t i, const int64_t* ids, int64
 
 // Scratch of the CPU backend, reused request after request: the heap build's candidate
 // queue (N + 1) and slot arrays (5 * T int32), a root path (min(D, N) + 1 int32), and for
-// the select build its candidate set (tree_select_set_bytes(tree_select_capacity(N)) bytes,
+// the select build its candidate set (tree_select_set_bytes(tree_select_room(N, K)) bytes,
 // 8-byte aligned) and the request's log-probs widened to double (D * K).
 struct TreeBuildCpuScratch {
   std::vector<TreeBuildCand> heap;
@@ -871,9 +915,9 @@ struct TreeBuildCpuScratch {
         anc(static_cast<size_t>((D < N ? D : N) + 1)) {
     if (with_select) {
       lp_rows.resize(static_cast<size_t>(D * K));
-      const int64_t cap = tree_select_capacity(N);
-      select_mem.resize((tree_select_set_bytes(cap) + 7) / 8);
-      select = tree_select_set(select_mem.data(), cap);
+      const int64_t cap = tree_select_capacity(N), room = tree_select_room(N, K);
+      select_mem.resize((tree_select_set_bytes(room) + 7) / 8);
+      select = tree_select_set(select_mem.data(), cap, room);
     }
   }
 };

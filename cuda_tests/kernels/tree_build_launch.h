@@ -29,6 +29,9 @@ constexpr int kTreeBuildThreads = 256;
 // `kernel` (TREE_BUILD_KERNEL_HEAP or TREE_BUILD_KERNEL_SELECT): the heap build's queue and
 // slot arrays, 44 * (N + 1) bytes (45,100 for N = 1024), and for the select kernel the
 // larger of that and its candidate set (tree_select_set_bytes(tree_select_capacity(N))).
+// That is the need; tree_build_choose configures the limit for the select kernel's roomier
+// set (tree_select_room, N <= 256) where the device has the bytes, and launch_tree_build uses it
+// where the configured limit allows it and the batch fits one wave (faster, same outputs).
 size_t tree_build_smem_bytes(int64_t N, int64_t D, int64_t K, int32_t kernel);
 
 // The most dynamic shared memory `kernel`'s build kernel may use on `device`: the device's

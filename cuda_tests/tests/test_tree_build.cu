@@ -67,7 +67,7 @@ void check_limits(const File& g, const ops::Dims& d, const ops::Outputs& out, bo
   out.require_within_limit(g, "metadata max_budget", d.eq("B") + ", T = max_budget + 1 = " + std::to_string(d["T"]));
   if (cpu) {
     const cli::Bytes set =
-        select ? cli::Bytes::product({static_cast<uint64_t>(cpu::tree_build_select_set_bytes(d["N"])), 1}) +
+        select ? cli::Bytes::product({static_cast<uint64_t>(cpu::tree_build_select_set_bytes(d["N"], d["K"])), 1}) +
                      cli::Bytes::product({static_cast<uint64_t>(d["D"]), static_cast<uint64_t>(d["K"]), 8})
                : cli::Bytes::product({0});
     cli::require_scratch_bytes(

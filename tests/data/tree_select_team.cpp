@@ -125,11 +125,13 @@ int main(int argc, char** argv) {
     tree_build_init_slots(s, T, 0, 1);
     const int32_t hc = tree_build_grow(lp.data(), K, budget, dl, heap.data(), s);
     // team select build
-    const int64_t cap = tree_select_capacity(N);
-    std::vector<double> mem((tree_select_set_bytes(cap) + 7) / 8);
+    // every other request with the roomier set (the depth's children become entries
+    // before the raises), the others with room for the capacity only (raises over chains)
+    const int64_t cap = tree_select_capacity(N), room = it % 2 ? tree_select_room(N, K) : cap;
+    std::vector<double> mem((tree_select_set_bytes(room) + 7) / 8);
     // poison
     std::memset(mem.data(), 0xa5, mem.size() * 8);
-    TreeSelectSet set = tree_select_set(mem.data(), cap);
+    TreeSelectSet set = tree_select_set(mem.data(), cap, room);
     std::vector<int64_t> ids(D * K);
     for (int e = 0; e < D * K; ++e) ids[e] = e;
     std::vector<int64_t> tok(T);
