@@ -160,8 +160,8 @@ def tree_build_cpu_scratch_bytes(n: int, d: int, k: int, select: bool) -> int:
     total = t * TREE_BUILD_CAND_BYTES + t * 5 * 4 + (min(d, n) + 1) * 4
     if select:
         cap = n + n // 8 + 64
-        cap += 3 * cap if k > 0 and n > (3 * cap) // k else n * k  # tree_select_room
-        total += cap * (8 + 8 + 4 * 5) + TREE_SELECT_BINS * 4 + 16 + ((cap + 15) // 16) * 16 + d * k * 8
+        room = cap + (3 * cap if k > 0 and n > (3 * cap) // k else n * k)  # tree_select_room
+        total += room * (8 + 8 + 4 * 5) + TREE_SELECT_BINS * 4 + 16 + ((room + 15) // 16) * 16 + d * k * 8
     return total
 
 

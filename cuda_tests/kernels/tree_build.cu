@@ -441,10 +441,9 @@ int32_t vis_rows_per_warp(int64_t rows) {
 }
 
 // The build kernel instance for N and `kernel`, its threads, its select set's entries
-// (`room`: tree_select_capacity(N), or tree_select_room(N, K) where `roomy` and N <= kSmallN --
-// measured on an H100, the roomier set cut B = 1, N = 64 from 21.2 to 17.6 us but made N = 1024
-// slower, 38.5 to 46.5 us: its raises scan every child placed, where the chains stop at the
-// first child below theta; docs/benchmarks.md) and its dynamic
+// (`room`: tree_select_capacity(N), or tree_select_room(N, K) where `roomy` and N <= kSmallN:
+// above that the raises over every placed child cost more than the chains, which stop at the
+// first child below theta -- docs/benchmarks.md, "The roomier select set") and its dynamic
 // shared memory (the build's bytes, plus the ancestor buffers when it writes the visibility
 // itself).
 struct BuildLaunch {
